@@ -1,0 +1,64 @@
+# A thin wrapper over the CLI. Every target installs what it needs first, so each one
+# works on a fresh machine: host packages (Debian), then the project's virtualenv.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+CLI         := $(BIN)/kuberay-conformance
+PROVIDER    ?= local
+PROFILE     ?= default
+PYTEST_ARGS ?=
+HOST_PACKAGES := runc containernetworking-plugins iptables iproute2 util-linux procps \
+                 debootstrap buildah busybox-static gcc libc6-dev
+
+.PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status report lint bench
+
+help:
+	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER) (writes reports/<run-id>/)"
+	@echo "make test           the harness's own tests: unit + end-to-end on the local provider"
+	@echo "make unit           unit tests only (no cluster, no root)"
+	@echo "make cluster-up     bring the local cluster up (builds what is missing)"
+	@echo "make cluster-down   stop it and undo every host change"
+	@echo "make report RUN=reports/<run-id>   rebuild a run's report"
+	@echo "make lint           ruff"
+	@echo "make bench          record the local provider's figures in benchmarks/README.md"
+
+# Debian packages the local provider uses (runc, CNI plugins, iptables, image tooling).
+host-deps:
+	@missing=$$(for p in $(HOST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing host packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+unit: venv
+	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
+
+# pytest exits 5 when it collected nothing: a broken suite, never a pass.
+test: host-deps venv
+	@$(BIN)/pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+cluster-up: host-deps venv
+	$(CLI) cluster up --provider local
+
+cluster-down: venv
+	$(CLI) cluster down --provider local
+
+cluster-status: venv
+	$(CLI) cluster status --provider local
+
+lint: venv
+	$(BIN)/ruff check conformance tests benchmarks
+	$(BIN)/ruff format --check conformance tests benchmarks
+
+bench: host-deps venv
+	$(BIN)/python benchmarks/local_provider.py

@@ -1,0 +1,249 @@
+"""`kuberay-conformance`: bring clusters up and down, run the conformance suites, rebuild reports.
+
+Exit codes: 0 conformant (or the command succeeded), 1 conformance failures,
+2 harness or environment errors, 3 usage errors.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import click
+import pytest
+
+from conformance import profiles
+from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError
+from conformance.providers import PROVIDERS, get_provider
+from conformance.report import summary
+from conformance.report.summary import AREAS, new_run_id
+from conformance.timeouts import Timeouts
+
+
+class Interrupted(BaseException):
+    """SIGTERM, turned into an exception so that `finally` and cleanup blocks run."""
+
+
+def _raise_interrupted(signum: int, _frame: object) -> NoReturn:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def install_signal_handlers() -> None:
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"kuberay-conformance: error: {message}", err=True)
+    sys.exit(code)
+
+
+def guarded(action: Callable[[], int | None]) -> None:
+    """Run a command, turning harness errors and interrupts into a one-line message and exit code."""
+    install_signal_handlers()
+    try:
+        code = action()
+    except HarnessError as exc:
+        _fail(exc.one_line(), exc.exit_code)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        _fail(f"interrupted ({exc or 'SIGINT'}); what this command created was cleaned up", EXIT_ENVIRONMENT)
+    sys.exit(code or 0)
+
+
+provider_option = click.option(
+    "--provider",
+    type=click.Choice(PROVIDERS),
+    default="local",
+    show_default=True,
+    help="Which provider makes or reaches the cluster.",
+)
+kubeconfig_option = click.option("--kubeconfig", default=None, help="Kubeconfig (provider `existing`).")
+context_option = click.option("--context", default=None, help="Kubeconfig context (provider `existing`).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Conformance harness for KubeRay: does this KubeRay + Ray + Kubernetes do what the docs promise?"""
+
+
+@main.group()
+def cluster() -> None:
+    """Bring the cluster under test up or down, or look at it."""
+
+
+@cluster.command("up")
+@provider_option
+@kubeconfig_option
+@context_option
+def cluster_up(provider: str, kubeconfig: str | None, context: str | None) -> None:
+    """Create the cluster, or reuse a healthy one and repair dead components (idempotent)."""
+
+    def action() -> int:
+        made = get_provider(provider, kubeconfig=kubeconfig, context=context).up()
+        click.echo(f"cluster is up ({made.provider}); kubeconfig: {made.kubeconfig}")
+        click.echo(f'use it from a shell: eval "$(kuberay-conformance cluster env --provider {provider})"')
+        return 0
+
+    guarded(action)
+
+
+@cluster.command("down")
+@provider_option
+def cluster_down(provider: str) -> None:
+    """Stop every process `up` started and undo every host change it made."""
+
+    def action() -> int:
+        problems = get_provider(provider).down()
+        for problem in problems:
+            click.echo(f"not cleaned up: {problem}", err=True)
+        if problems:
+            return EXIT_ENVIRONMENT
+        click.echo("cluster is down; nothing of it is left running")
+        return 0
+
+    guarded(action)
+
+
+@cluster.command("status")
+@provider_option
+@kubeconfig_option
+@context_option
+def cluster_status(provider: str, kubeconfig: str | None, context: str | None) -> None:
+    """Report each component and the node; exits 2 when something is unhealthy."""
+
+    def action() -> int:
+        status = get_provider(provider, kubeconfig=kubeconfig, context=context).status()
+        if not status.exists:
+            click.echo(f"{status.provider}: {status.summary or 'no cluster'}")
+            return EXIT_ENVIRONMENT
+        width = max(len(c.name) for c in status.components)
+        for component in status.components:
+            mark = "ok  " if component.healthy else "FAIL"
+            click.echo(f"{mark} {component.name:<{width}}  {component.detail}")
+        return 0 if status.healthy else EXIT_ENVIRONMENT
+
+    guarded(action)
+
+
+@cluster.command("env")
+@provider_option
+@kubeconfig_option
+@context_option
+def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> None:
+    """Print the exports a shell needs: eval "$(kuberay-conformance cluster env)"."""
+
+    def action() -> int:
+        for key, value in get_provider(provider, kubeconfig=kubeconfig, context=context).env().items():
+            click.echo(f"export {key}={shlex.quote(value)}")
+        return 0
+
+    guarded(action)
+
+
+@main.command("run")
+@provider_option
+@click.option(
+    "--profile", default="default", show_default=True, help="Profile name or path to a profile YAML."
+)
+@kubeconfig_option
+@context_option
+@click.option(
+    "--ray-version", "ray_versions", multiple=True, help="Ray version(s) to test (default: the profile's)."
+)
+@click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Run only these areas.")
+@click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
+@click.option(
+    "--timeout",
+    "timeout_overrides",
+    multiple=True,
+    metavar="KIND=SECONDS",
+    help="Override a timeout kind: apply, ready, scale, cleanup, upgrade.",
+)
+@click.option("--keep-failed", is_flag=True, help="Keep the namespaces of failed checks for inspection.")
+@click.option("--keep-cluster", is_flag=True, help="Leave the cluster running after the run.")
+@click.option("--run-dir", default=None, help="Where results go (default: reports/<run-id>).")
+def run_command(
+    provider: str,
+    profile: str,
+    kubeconfig: str | None,
+    context: str | None,
+    ray_versions: tuple[str, ...],
+    areas: tuple[str, ...],
+    keyword: str | None,
+    timeout_overrides: tuple[str, ...],
+    keep_failed: bool,
+    keep_cluster: bool,
+    run_dir: str | None,
+) -> None:
+    """Run the conformance suites and write reports/<run-id>/ (summary.json, junit.xml, allure-results/)."""
+
+    def action() -> int:
+        loaded = profiles.load(profile)  # bad input is refused here, before anything is provisioned
+        overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
+        loaded.timeouts.with_overrides(overrides)
+        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
+        args = [
+            "--pyargs",
+            "conformance.suites",
+            "-p",
+            "no:cacheprovider",
+            "-ra",
+            "--conformance-provider",
+            provider,
+            "--conformance-profile",
+            profile,
+            "--conformance-run-dir",
+            str(target),
+            "--junitxml",
+            str(target / "junit.xml"),
+            "--alluredir",
+            str(target / "allure-results"),
+        ]
+        for option, values in (
+            ("--conformance-ray-version", ray_versions),
+            ("--conformance-area", areas),
+            ("--conformance-timeout", timeout_overrides),
+        ):
+            for value in values:
+                args += [option, value]
+        for flag, on in (
+            ("--conformance-keep-failed", keep_failed),
+            ("--conformance-keep-cluster", keep_cluster),
+        ):
+            if on:
+                args.append(flag)
+        if kubeconfig:
+            args += ["--conformance-kubeconfig", kubeconfig]
+        if context:
+            args += ["--conformance-context", context]
+        if keyword:
+            args += ["-k", keyword]
+        code = pytest.main(args)
+        if code == pytest.ExitCode.USAGE_ERROR:
+            return EXIT_USAGE
+        summary_path = target / "summary.json"
+        if not summary_path.exists():
+            click.echo(f"no summary was written (pytest exit {int(code)})", err=True)
+            return EXIT_ENVIRONMENT
+        result = summary.load(summary_path)
+        click.echo(f"verdict: {result.verdict()}; report: {target.resolve()}")
+        return result.exit_code()
+
+    guarded(action)
+
+
+def run() -> None:
+    """Console-script entry point: click's own usage errors exit 3, like ours."""
+    try:
+        main.main(standalone_mode=False)
+    except click.UsageError as exc:
+        _fail(exc.format_message(), EXIT_USAGE)
+    except click.Abort:
+        _fail("interrupted", EXIT_ENVIRONMENT)
+
+
+if __name__ == "__main__":
+    run()

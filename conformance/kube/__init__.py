@@ -1,0 +1,1 @@
+"""Talking to Kubernetes: clients, typed waits on watches, manifests, diagnostics."""

@@ -1,0 +1,175 @@
+"""Waits built on watches: read the current state, then follow changes until a condition holds.
+
+A wait that runs out raises `WaitTimeout` (a harness-side outcome: the behaviour could
+not be observed in time), carrying what was last seen so the report can say why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+from conformance.progress import progress
+
+T = TypeVar("T")
+
+# Watches are re-opened at most this often; the server ends them on its own schedule too.
+_WATCH_CHUNK_S = 30
+
+
+class WaitTimeout(Exception):
+    def __init__(self, what: str, timeout: float, last_seen: str) -> None:
+        self.what = what
+        self.timeout = timeout
+        self.last_seen = last_seen
+        super().__init__(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {last_seen}")
+
+
+def wait_for(
+    list_fn: Callable[..., Any],
+    predicate: Callable[[Any], bool],
+    *,
+    what: str,
+    timeout: float,
+    describe: Callable[[Any], str] = lambda obj: "present",
+    **list_kwargs: Any,
+) -> Any:
+    """Wait until some object returned by `list_fn(**list_kwargs)` satisfies `predicate`; return it.
+
+    `list_fn` is a kubernetes client list call (list_namespaced_pod, list_node, a custom
+    object list); narrow it with field_selector/label_selector in `list_kwargs`.
+    """
+    deadline = time.monotonic() + timeout
+    last_seen = "nothing yet"
+    with progress(f"waiting for {what}") as line:
+        while True:
+            listing = list_fn(**list_kwargs)
+            items = _items(listing)
+            for item in items:
+                last_seen = describe(item)
+                if predicate(item):
+                    return item
+            line.update(last_seen)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(what, timeout, last_seen)
+            version = _resource_version(listing)
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    list_fn,
+                    resource_version=version,
+                    timeout_seconds=max(1, int(min(remaining, _WATCH_CHUNK_S))),
+                    **list_kwargs,
+                ):
+                    obj = event["object"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        last_seen = describe(obj)
+                        line.update(last_seen)
+                        if predicate(obj):
+                            stream.stop()
+                            return obj
+            except ApiException as exc:
+                if exc.status != 410:  # 410 Gone: the resource version expired; list again
+                    raise
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(what, timeout, last_seen)
+
+
+def wait_gone(list_fn: Callable[..., Any], *, what: str, timeout: float, **list_kwargs: Any) -> None:
+    """Wait until `list_fn(**list_kwargs)` returns no objects."""
+    deadline = time.monotonic() + timeout
+    with progress(f"waiting for {what} to be gone") as line:
+        while True:
+            listing = list_fn(**list_kwargs)
+            remaining_items = _items(listing)
+            if not remaining_items:
+                return
+            line.update(f"{len(remaining_items)} left")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(f"{what} to be gone", timeout, f"{len(remaining_items)} left")
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    list_fn,
+                    resource_version=_resource_version(listing),
+                    timeout_seconds=max(1, int(min(remaining, _WATCH_CHUNK_S))),
+                    **list_kwargs,
+                ):
+                    if event["type"] == "DELETED":
+                        stream.stop()  # list again to see whether anything is left
+                        break
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+
+
+def _items(listing: Any) -> list[Any]:
+    return list(listing["items"] if isinstance(listing, dict) else listing.items)
+
+
+def _resource_version(listing: Any) -> str:
+    if isinstance(listing, dict):
+        return listing["metadata"]["resourceVersion"]
+    return listing.metadata.resource_version
+
+
+@contextmanager
+def behaviour(what: str) -> Iterator[None]:
+    """Around a wait that *is* the behaviour under test: running out of time is a conformance failure.
+
+    Outside it, a timed-out wait is a precondition that could not be observed (a harness error).
+    """
+    try:
+        yield
+    except WaitTimeout as exc:
+        raise AssertionError(f"{what}: {exc}") from exc
+
+
+def holds_for(
+    list_fn: Callable[..., Any],
+    predicate: Callable[[Any], bool],
+    *,
+    what: str,
+    duration: float,
+    **list_kwargs: Any,
+) -> str:
+    """Watch for `duration` seconds that every matching object keeps satisfying `predicate`.
+
+    For checks that something does *not* happen (a cluster is not deleted): the window is
+    the observation itself. Returns "" if it held, else what broke it.
+    """
+    listing = list_fn(**list_kwargs)
+    items = _items(listing)
+    if not items:
+        return "no object matched at the start"
+    for item in items:
+        if not predicate(item):
+            return "did not hold at the start"
+    deadline = time.monotonic() + duration
+    with progress(f"watching that {what} for {duration:.0f}s"):
+        version = _resource_version(listing)
+        while (remaining := deadline - time.monotonic()) > 0:
+            stream = watch.Watch()
+            for event in stream.stream(
+                list_fn, resource_version=version, timeout_seconds=max(1, int(remaining)), **list_kwargs
+            ):
+                obj = event["object"]
+                version = _resource_version_of(obj) or version
+                if event["type"] == "DELETED":
+                    return "the object was deleted"
+                if not predicate(obj):
+                    return "it stopped holding"
+    return ""
+
+
+def _resource_version_of(obj: Any) -> str:
+    if isinstance(obj, dict):
+        return obj.get("metadata", {}).get("resourceVersion", "")
+    return obj.metadata.resource_version

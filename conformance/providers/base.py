@@ -1,0 +1,61 @@
+"""The one small interface every provider implements, and what suites get from it.
+
+Suites see a `Cluster` and never which provider made it. A provider makes (or attaches
+to) a cluster, says how it is doing, and takes down what it made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What a provider hands the harness: how to reach the cluster and what it offers."""
+
+    provider: str
+    kubeconfig: Path
+    context: str | None = None
+    # Programs the provider brought (kubectl, ctr) come first on PATH for anything the run spawns.
+    bin_dirs: tuple[Path, ...] = ()
+    # Facts the provider knows and a suite may ask about, e.g. "simulated_gpus": True.
+    facts: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    healthy: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    provider: str
+    exists: bool
+    components: tuple[ComponentStatus, ...] = ()
+    summary: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.exists and all(c.healthy for c in self.components)
+
+
+class Provider(Protocol):
+    name: str
+
+    def up(self) -> Cluster:
+        """Create the cluster, or reuse a healthy one and repair what is broken; idempotent."""
+        ...
+
+    def down(self) -> list[str]:
+        """Remove everything `up` made; returns what could not be removed (empty when clean)."""
+        ...
+
+    def status(self) -> ProviderStatus: ...
+
+    def env(self) -> dict[str, str]:
+        """The exports a shell needs to use the cluster (KUBECONFIG, PATH)."""
+        ...

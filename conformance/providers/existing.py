@@ -1,0 +1,61 @@
+"""The `existing` provider: a cluster someone else made, reached through a kubeconfig and context.
+
+It creates nothing and so removes nothing; `up` only checks that the cluster answers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from conformance.errors import UsageError
+from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
+
+
+class ExistingProvider:
+    name = "existing"
+
+    def __init__(self, kubeconfig: str | Path | None = None, context: str | None = None) -> None:
+        default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
+        self.kubeconfig = Path(kubeconfig or default)
+        self.context = context
+
+    def _check_reachable(self) -> str:
+        if not self.kubeconfig.exists():
+            raise UsageError(
+                f"kubeconfig {self.kubeconfig} does not exist", "pass --kubeconfig PATH or set KUBECONFIG"
+            )
+        try:
+            api = config.new_client_from_config(str(self.kubeconfig), context=self.context)
+        except ConfigException as exc:
+            raise UsageError(f"kubeconfig {self.kubeconfig} is unusable: {exc}", "check --context") from exc
+        try:
+            info = client.VersionApi(api).get_code(_request_timeout=10)
+        except Exception as exc:
+            raise UsageError(
+                f"the cluster in {self.kubeconfig} does not answer ({type(exc).__name__})",
+                "check that it is running and that the kubeconfig's server address is reachable",
+            ) from exc
+        return str(info.git_version)
+
+    def up(self) -> Cluster:
+        self._check_reachable()
+        return Cluster(provider=self.name, kubeconfig=self.kubeconfig, context=self.context)
+
+    def down(self) -> list[str]:
+        return []
+
+    def status(self) -> ProviderStatus:
+        try:
+            version = self._check_reachable()
+        except UsageError as exc:
+            return ProviderStatus(self.name, exists=False, summary=exc.one_line())
+        return ProviderStatus(
+            self.name, exists=True, components=(ComponentStatus("api-server", True, f"answers, {version}"),)
+        )
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig)}

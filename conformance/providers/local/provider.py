@@ -1,0 +1,417 @@
+"""The local provider: a real one-node Kubernetes cluster made of host processes.
+
+`up` builds what is missing, creates the node's network namespace, issues certificates,
+starts each program in order and waits for it to be healthy, then waits for the node to
+be Ready. A second `up` keeps healthy programs and restarts dead ones. `down` stops
+every process by its recorded PID, unmounts what the node mounted, and undoes the host
+changes in its journal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import string
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import requests
+import urllib3
+import yaml
+from kubernetes import client, config, dynamic, watch
+from kubernetes.client.exceptions import ApiException
+
+from conformance.errors import ProvisioningError
+from conformance.kube.wait import wait_for
+from conformance.progress import progress
+from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
+
+from . import components, gobuild, images, network, pins, preflight
+from .cleanup import ensure_pod_cgroup_root, kill_pod_processes, remove_kubelet_cgroups, unmount_below
+from .journal import Change, HostJournal, read_sysctl
+from .layout import Network, StateLayout, cache_dir
+from .pki import CertificateAuthority, ClientIdentity, ensure_service_account_key, write_kubeconfig
+from .supervisor import Supervisor
+
+# kubelet sets these machine-wide sysctls at start; we restore the host's values on `down`.
+KUBELET_KERNEL_TUNABLES = (
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+)
+CLIENT_IDENTITIES = (
+    ClientIdentity("admin", "kubernetes-admin", ("system:masters",)),
+    ClientIdentity("kube-controller-manager", "system:kube-controller-manager"),
+    ClientIdentity("kube-scheduler", "system:kube-scheduler"),
+    ClientIdentity("kube-proxy", "system:kube-proxy"),
+    ClientIdentity("kubelet", f"system:node:{components.NODE_NAME}", ("system:nodes",)),
+    ClientIdentity("coredns", "system:coredns"),
+    ClientIdentity("kube-apiserver-kubelet-client", "kube-apiserver-kubelet-client"),
+)
+CGROUP_NAME = "kuberay-conformance-local"
+DEFAULT_SIMULATED_GPUS = 2
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    simulated_gpus: int = DEFAULT_SIMULATED_GPUS
+    component_timeout_s: float = 60.0
+    node_ready_timeout_s: float = 120.0
+
+    @classmethod
+    def from_env(cls) -> LocalSettings:
+        gpus = os.environ.get("KRC_SIMULATED_GPUS", str(DEFAULT_SIMULATED_GPUS))
+        if not gpus.isdigit():
+            raise ProvisioningError(
+                f"KRC_SIMULATED_GPUS={gpus!r} is not a whole number", "set it to 0 or more, e.g. 2"
+            )
+        return cls(simulated_gpus=int(gpus))
+
+
+class LocalProvider:
+    name = "local"
+
+    def __init__(
+        self,
+        state: StateLayout | None = None,
+        net: Network | None = None,
+        settings: LocalSettings | None = None,
+    ) -> None:
+        self.state = state or StateLayout.default()
+        self.net = net or Network()
+        self.settings = settings or LocalSettings()
+        self.cache = cache_dir()
+        self.supervisor = Supervisor(self.state.pids, CGROUP_NAME)
+        self.journal = HostJournal(self.state.journal)
+
+    # -- the interface -------------------------------------------------------------------
+
+    def up(self) -> Cluster:
+        preflight.run_all()
+        network.check_ranges_free(self.net)
+        bins = self.ensure_binaries()
+        pause = images.pause_image(self.cache)
+        started = time.monotonic()
+        try:
+            self._bring_up(bins, pause)
+        except BaseException:
+            # A first `up` that fails leaves nothing half-started; a repair of a cluster that
+            # was healthy before keeps what still runs, for `status` and the logs.
+            if not self._was_up_before:
+                self.down()
+            raise
+        self.bring_up_s = time.monotonic() - started
+        return self.cluster()
+
+    def down(self) -> list[str]:
+        problems: list[str] = []
+        order = [c.name for c in reversed(self._components(self._cached_binaries()))]
+        survivors = self.supervisor.stop_all(order)
+        problems += [f"process {pid} did not stop" for pid in survivors]
+        problems += kill_pod_processes()
+        problems += unmount_below(self.state.root)
+        problems += remove_kubelet_cgroups()
+        problems += self.journal.undo_all()
+        if not problems and self.state.root.exists():
+            shutil.rmtree(self.state.root)
+        return problems
+
+    def status(self) -> ProviderStatus:
+        if not self.state.root.exists():
+            return ProviderStatus(self.name, exists=False, summary="no local cluster")
+        statuses = [self._component_status(c) for c in self._components(self._cached_binaries())]
+        statuses.append(self._node_status())
+        return ProviderStatus(self.name, exists=True, components=tuple(statuses))
+
+    def env(self) -> dict[str, str]:
+        bins = self._cached_binaries()
+        return {
+            "KUBECONFIG": str(self.state.admin_kubeconfig),
+            "PATH": f"{bins.kubernetes}:{bins.containerd}:{os.environ.get('PATH', '')}",
+        }
+
+    def cluster(self) -> Cluster:
+        bins = self._cached_binaries()
+        return Cluster(
+            provider=self.name,
+            kubeconfig=self.state.admin_kubeconfig,
+            bin_dirs=(bins.kubernetes, bins.containerd),
+            facts={"simulated_gpus": self.settings.simulated_gpus > 0, "node_name": components.NODE_NAME},
+        )
+
+    # -- images --------------------------------------------------------------------------
+
+    def load_image(self, archive: images.ImageArchive) -> None:
+        """Make an image built on this machine available to the node (nothing is ever pulled)."""
+        ctr = self._cached_binaries().containerd / "ctr"
+        images.import_image(archive, ctr, self.state.containerd_socket)
+
+    # -- building ------------------------------------------------------------------------
+
+    def ensure_binaries(self) -> components.Binaries:
+        dirs = {name: gobuild.ensure_built(pins.TOOLS[name], self.cache) for name in _NODE_TOOLS}
+        return components.Binaries(**dirs)
+
+    def _cached_binaries(self) -> components.Binaries:
+        dirs = {name: gobuild.cached_bin_dir(pins.TOOLS[name], self.cache) for name in _NODE_TOOLS}
+        return components.Binaries(**dirs)
+
+    # -- bring-up ------------------------------------------------------------------------
+
+    _was_up_before = False
+
+    def _bring_up(self, bins: components.Binaries, pause: images.ImageArchive) -> None:
+        self._was_up_before = self.state.root.exists() and bool(self.supervisor.records())
+        for directory in (self.state.root, self.state.logs, self.state.pids):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._record_kernel_tunables()
+        network.ensure_node_network(self.net, self.journal)
+        self._ensure_pki()
+        components.write_configs(self.state, self.net)
+        ensure_pod_cgroup_root()
+        for component in self._components(bins):
+            self._ensure_running(component)
+            if component.name == "kube-apiserver":
+                self._apply_bootstrap_objects()
+            if component.name == "containerd":
+                self.load_image(pause)
+        self._wait_node_ready()
+        self._advertise_simulated_gpus()
+
+    def _components(self, bins: components.Binaries) -> list[components.Component]:
+        return components.all_components(self.state, self.net, bins)
+
+    def _record_kernel_tunables(self) -> None:
+        for key in KUBELET_KERNEL_TUNABLES:
+            try:
+                self.journal.record(Change("sysctl", key, read_sysctl(key)))
+            except OSError:
+                continue
+
+    def _ensure_pki(self) -> None:
+        ca = CertificateAuthority(self.state.pki)
+        ca.ensure()
+        ensure_service_account_key(self.state.pki)
+        ca.issue(
+            "kube-apiserver",
+            _subject("kube-apiserver"),
+            client=False,
+            server=True,
+            dns_names=(
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                f"kubernetes.default.svc.{components.CLUSTER_DOMAIN}",
+                "localhost",
+            ),
+            ips=(self.net.node_ip, self.net.kubernetes_service_ip, "127.0.0.1"),
+        )
+        ca.issue(
+            "kubelet-serving",
+            _subject(components.NODE_NAME),
+            client=False,
+            server=True,
+            dns_names=(components.NODE_NAME,),
+            ips=(self.net.node_ip,),
+        )
+        server = f"https://{self.net.node_ip}:6443"
+        for identity in CLIENT_IDENTITIES:
+            cert, key = ca.issue_client(identity)
+            path = (
+                self.state.admin_kubeconfig
+                if identity.component == "admin"
+                else self.state.kubeconfig_for(identity.component)
+            )
+            write_kubeconfig(
+                path,
+                server=server,
+                ca=ca.cert_path,
+                cert=cert,
+                key=key,
+                user=identity.user,
+                cluster="krc-local",
+            )
+
+    def _ensure_running(self, component: components.Component) -> None:
+        argv = network.in_node(self.net, component.argv)
+        record = self.supervisor.record(component.name)
+        if record is not None and record.argv != argv and self.supervisor.running(component.name):
+            # Started with other settings (an older version of this provider): restart to converge.
+            self.supervisor.stop(component.name)
+        if self.supervisor.running(component.name):
+            if self._healthy(component):
+                return
+            with progress(f"waiting for {component.name} (running, not yet healthy)"):
+                if self._wait_healthy(component, self.settings.component_timeout_s / 2):
+                    return
+            self.supervisor.stop(component.name)
+        if component.health_url:
+            url = urlparse(component.health_url)
+            preflight.check_port_free(component.name, url.hostname or "", url.port or 0)
+        env = {**os.environ, **component.env}
+        log = self.state.log_for(component.name)
+        with progress(f"starting {component.name}"):
+            record = self.supervisor.start(component.name, argv, log, env)
+            if not self._wait_healthy(component, self.settings.component_timeout_s, record.pid):
+                raise ProvisioningError(
+                    f"{component.name} did not become healthy within {self.settings.component_timeout_s:.0f}s"
+                    f" ({_tail(log)})",
+                    f"see {log}",
+                )
+
+    def _wait_healthy(self, component: components.Component, timeout: float, pid: int | None = None) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pid is not None and not self.supervisor.running(component.name):
+                raise ProvisioningError(
+                    f"{component.name} exited at start ({_tail(self.state.log_for(component.name))})",
+                    f"see {self.state.log_for(component.name)}",
+                )
+            if self._healthy(component):
+                return True
+            time.sleep(0.25)
+        return False
+
+    def _healthy(self, component: components.Component) -> bool:
+        if component.health_socket is not None:
+            return component.health_socket.is_socket()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+                reply = requests.get(
+                    component.health_url,
+                    timeout=2,
+                    cert=(str(self.state.pki / "admin.crt"), str(self.state.pki / "admin.key")),
+                    # The scheduler and controller-manager serve with self-signed certificates.
+                    verify=str(self.state.pki / "ca.crt") if ":6443" in component.health_url else False,
+                )
+        except requests.RequestException:
+            return False
+        return reply.status_code == 200
+
+    def _api(self) -> client.ApiClient:
+        return config.new_client_from_config(str(self.state.admin_kubeconfig))
+
+    def _apply_bootstrap_objects(self) -> None:
+        """Server-side apply, so a repeated `up` converges instead of tripping over what exists."""
+        template = string.Template((Path(__file__).parent / "assets" / "bootstrap.yaml").read_text())
+        text = template.substitute(DNS_SERVICE_IP=self.net.dns_service_ip, NODE_IP=self.net.node_ip)
+        resources = dynamic.DynamicClient(self._api()).resources
+        for doc in yaml.safe_load_all(text):
+            resource = resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            try:
+                resource.server_side_apply(
+                    body=doc,
+                    name=doc["metadata"]["name"],
+                    namespace=doc["metadata"].get("namespace"),
+                    field_manager="kuberay-conformance",
+                    force_conflicts=True,
+                )
+            except ApiException as exc:
+                raise ProvisioningError(
+                    f"applying {doc['kind']} {doc['metadata']['name']} failed: {exc.reason}",
+                    f"see {self.state.log_for('kube-apiserver')}",
+                ) from exc
+
+    def _wait_node_ready(self) -> None:
+        core = client.CoreV1Api(self._api())
+        timeout = self.settings.node_ready_timeout_s
+        with progress(f"waiting for node {components.NODE_NAME} to be Ready"):
+            stream = watch.Watch()
+            for event in stream.stream(
+                core.list_node,
+                field_selector=f"metadata.name={components.NODE_NAME}",
+                timeout_seconds=int(timeout),
+            ):
+                if _node_ready(event["object"]):
+                    stream.stop()
+                    return
+        raise ProvisioningError(
+            f"node {components.NODE_NAME} was not Ready within {timeout:.0f}s",
+            f"see {self.state.log_for('kubelet')}",
+        )
+
+    def _advertise_simulated_gpus(self) -> None:
+        """Advertise `nvidia.com/gpu` as an extended resource, as a device plugin would on a GPU node."""
+        core = client.CoreV1Api(self._api())
+        count = str(self.settings.simulated_gpus)
+        core.patch_node_status(components.NODE_NAME, {"status": {"capacity": {GPU_RESOURCE: count}}})
+        # kubelet copies capacity into allocatable at its next status update; wait for it,
+        # so that whatever runs next sees the GPUs as schedulable.
+        wait_for(
+            core.list_node,
+            lambda node: (node.status.allocatable or {}).get(GPU_RESOURCE) == count,
+            what=f"{GPU_RESOURCE}={count} to be allocatable",
+            timeout=self.settings.node_ready_timeout_s,
+            field_selector=f"metadata.name={components.NODE_NAME}",
+        )
+        core.patch_node(
+            components.NODE_NAME,
+            {
+                "metadata": {
+                    "labels": {
+                        "kuberay-conformance.io/simulated-gpu": "true"
+                        if self.settings.simulated_gpus
+                        else "false",
+                        "nvidia.com/gpu.count": count,
+                    }
+                }
+            },
+        )
+
+    # -- status --------------------------------------------------------------------------
+
+    def _component_status(self, component: components.Component) -> ComponentStatus:
+        record = self.supervisor.record(component.name)
+        if record is None:
+            return ComponentStatus(component.name, False, "not started")
+        if not self.supervisor.running(component.name):
+            return ComponentStatus(component.name, False, f"dead (was pid {record.pid}); log: {record.log}")
+        if not self._healthy(component):
+            return ComponentStatus(component.name, False, f"pid {record.pid}, not healthy; log: {record.log}")
+        return ComponentStatus(component.name, True, f"pid {record.pid}, healthy")
+
+    def _node_status(self) -> ComponentStatus:
+        try:
+            node = client.CoreV1Api(self._api()).read_node(components.NODE_NAME, _request_timeout=5)
+        except Exception as exc:
+            return ComponentStatus(
+                f"node/{components.NODE_NAME}", False, f"unreachable: {type(exc).__name__}"
+            )
+        gpus = (node.status.allocatable or {}).get(GPU_RESOURCE, "0")
+        ready = _node_ready(node)
+        return ComponentStatus(
+            f"node/{components.NODE_NAME}",
+            ready,
+            f"{'Ready' if ready else 'NotReady'}, {node.status.node_info.kubelet_version}, "
+            f"{GPU_RESOURCE}={gpus} (simulated)",
+        )
+
+
+_NODE_TOOLS = ("kubernetes", "etcd", "containerd", "coredns")
+
+
+def _subject(common_name: str):  # noqa: ANN202 - x509.Name, kept out of this module's imports
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _node_ready(node: client.V1Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+def _tail(log: Path, lines: int = 1) -> str:
+    try:
+        text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return " / ".join(text[-lines:])[-300:] if text else "empty log"

@@ -1,0 +1,150 @@
+"""summary.json: the machine-readable result of a run (contract in shared/design.md).
+
+Outcomes keep the two kinds of failure apart: `failed` is the system under test
+misbehaving, `error` is the environment or the harness. The run's exit code follows:
+any failure -> 1, else any error (or an incomplete run) -> 2, else 0.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from conformance.errors import EXIT_CONFORMANT, EXIT_ENVIRONMENT, EXIT_NOT_CONFORMANT
+
+AREAS = (
+    "operator",
+    "raycluster",
+    "autoscaling",
+    "gpu",
+    "rayjob",
+    "fault-recovery",
+    "rayservice",
+    "upgrade",
+    "security",
+)
+OUTCOMES = ("passed", "failed", "error", "not_applicable", "skipped")
+_COUNT_KEY = {
+    "passed": "passed",
+    "failed": "failed",
+    "error": "errors",
+    "not_applicable": "not_applicable",
+    "skipped": "skipped",
+}
+
+
+@dataclass
+class TestResult:
+    id: str
+    area: str
+    outcome: str
+    duration_s: float
+    reason: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    issues: list[str] = field(default_factory=list)  # kuberay issues the check encodes
+
+
+@dataclass
+class Summary:
+    run_id: str
+    started: str
+    provider: str
+    profile: str
+    versions: dict[str, str]
+    finished: str = ""
+    complete: bool = True
+    tests: list[TestResult] = field(default_factory=list)
+    environment: dict[str, object] = field(default_factory=dict)
+
+    def add(self, result: TestResult) -> None:
+        if result.area not in AREAS:
+            raise ValueError(f"unknown area {result.area!r}")
+        if result.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {result.outcome!r}")
+        self.tests.append(result)
+
+    def areas(self) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for test in self.tests:
+            area = counts.setdefault(test.area, dict.fromkeys(_COUNT_KEY.values(), 0))
+            area[_COUNT_KEY[test.outcome]] += 1
+        return counts
+
+    def verdict(self) -> str:
+        outcomes = {t.outcome for t in self.tests}
+        if "failed" in outcomes:
+            return "not conformant"
+        if "error" in outcomes or not self.complete or not self.tests:
+            return "incomplete"
+        return "conformant"
+
+    def exit_code(self) -> int:
+        return {
+            "conformant": EXIT_CONFORMANT,
+            "not conformant": EXIT_NOT_CONFORMANT,
+            "incomplete": EXIT_ENVIRONMENT,
+        }[self.verdict()]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id,
+            "started": self.started,
+            "finished": self.finished,
+            "provider": self.provider,
+            "profile": self.profile,
+            "versions": self.versions,
+            "verdict": self.verdict(),
+            "complete": self.complete,
+            "environment": self.environment,
+            "areas": self.areas(),
+            "tests": [asdict(t) for t in self.tests],
+        }
+
+    def write(self, run_dir: Path) -> Path:
+        if not self.finished:
+            self.finished = now()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / "summary.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        tmp.replace(path)
+        point_latest(run_dir)
+        return path
+
+
+def point_latest(run_dir: Path) -> None:
+    """reports/latest -> the newest run, replaced atomically."""
+    latest = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(run_dir.name)
+    tmp.replace(latest)
+
+
+def load(path: Path) -> Summary:
+    data = json.loads(path.read_text())
+    summary = Summary(
+        run_id=data["run_id"],
+        started=data["started"],
+        provider=data["provider"],
+        profile=data["profile"],
+        versions=data["versions"],
+        finished=data.get("finished", ""),
+        complete=data.get("complete", True),
+        environment=data.get("environment", {}),
+    )
+    for test in data["tests"]:
+        summary.add(TestResult(**test))
+    return summary
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{os.urandom(2).hex()}"

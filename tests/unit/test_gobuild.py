@@ -1,0 +1,72 @@
+from conformance.providers.local import pins
+from conformance.providers.local.gobuild import build_module, carried_replaces
+
+KUBERNETES_GOMOD = """module k8s.io/kubernetes
+
+go 1.25.0
+
+godebug default=go1.25
+
+require (
+	k8s.io/api v0.0.0
+	github.com/foo/bar v1.2.3
+)
+
+replace (
+	k8s.io/api => ./staging/src/k8s.io/api
+	k8s.io/client-go => ./staging/src/k8s.io/client-go // the client
+)
+
+replace github.com/old/thing => github.com/new/thing v1.0.1
+replace go.etcd.io/etcd/api/v3 => ../api
+"""
+
+
+def test_staging_paths_become_tagged_staging_modules() -> None:
+    lines = carried_replaces(KUBERNETES_GOMOD, "v0.35.4")
+    assert "replace k8s.io/api => k8s.io/api v0.35.4" in lines
+    assert "replace k8s.io/client-go => k8s.io/client-go v0.35.4" in lines
+
+
+def test_versioned_replaces_are_copied_and_sibling_paths_dropped() -> None:
+    lines = carried_replaces(KUBERNETES_GOMOD, "v0.35.4")
+    assert "replace github.com/old/thing => github.com/new/thing v1.0.1" in lines
+    assert not any("etcd" in line for line in lines)
+    assert len(lines) == 3
+
+
+def test_staging_paths_without_a_staging_version_are_dropped() -> None:
+    assert carried_replaces(KUBERNETES_GOMOD, "") == [
+        "replace github.com/old/thing => github.com/new/thing v1.0.1"
+    ]
+
+
+def test_build_module_requires_the_pin_and_keeps_godebug() -> None:
+    tool = pins.TOOLS["kubernetes"]
+    text = build_module(tool, ["replace a => b v1"])
+    assert f"require k8s.io/kubernetes {pins.KUBERNETES}\n" in text
+    assert "godebug default=go1.25\n" in text
+    assert text.startswith("module kuberay-conformance.local/build/kubernetes\n")
+    assert text.endswith("replace a => b v1\n")
+
+
+def test_every_kubernetes_binary_is_stamped_with_the_release() -> None:
+    tool = pins.TOOLS["kubernetes"]
+    flags = " ".join(tool.ldflags)
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        assert f"-X {pkg}.gitVersion={pins.KUBERNETES}" in flags
+        assert f"-X {pkg}.gitMinor=35" in flags
+    assert tool.binaries == (
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubelet",
+        "kube-proxy",
+        "kubectl",
+    )
+
+
+def test_module_roots_get_meaningful_binary_names() -> None:
+    assert pins.TOOLS["etcd"].binaries == ("etcd",)
+    assert pins.TOOLS["kuberay"].binaries == ("kuberay-operator",)
+    assert pins.TOOLS["coredns"].binaries == ("coredns",)
