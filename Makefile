@@ -8,10 +8,11 @@ CLI         := $(BIN)/kuberay-conformance
 PROVIDER    ?= local
 PROFILE     ?= default
 PYTEST_ARGS ?=
+RUN_ARGS    ?=
 HOST_PACKAGES := runc containernetworking-plugins iptables iproute2 util-linux procps \
                  debootstrap buildah busybox-static gcc libc6-dev
 
-.PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status report lint bench
+.PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status lint bench
 
 help:
 	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER) (writes reports/<run-id>/)"
@@ -19,7 +20,6 @@ help:
 	@echo "make unit           unit tests only (no cluster, no root)"
 	@echo "make cluster-up     bring the local cluster up (builds what is missing)"
 	@echo "make cluster-down   stop it and undo every host change"
-	@echo "make report RUN=reports/<run-id>   rebuild a run's report"
 	@echo "make lint           ruff"
 	@echo "make bench          record the local provider's figures in benchmarks/README.md"
 
@@ -46,6 +46,10 @@ unit: venv
 test: host-deps venv
 	@$(BIN)/pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The main job: exit 0 conformant, 1 conformance failures, 2 harness/environment errors, 3 usage.
+conformance: host-deps venv
+	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) $(RUN_ARGS)
 
 cluster-up: host-deps venv
 	$(CLI) cluster up --provider local

@@ -185,7 +185,10 @@ def run_command(
         overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
         loaded.timeouts.with_overrides(overrides)
         target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
+        # The repository as rootdir, so check ids read conformance/suites/test_x.py::name.
+        rootdir = Path(__file__).resolve().parent.parent
         args = [
+            f"--rootdir={rootdir}",
             "--pyargs",
             "conformance.suites",
             "-p",

@@ -10,9 +10,18 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
+
+# Where progress lines go instead of the stream, when something (the pytest plugin, whose
+# capture would otherwise swallow them) takes them over. Receives whole lines.
+_line_writer: Callable[[str], None] | None = None
+
+
+def route_lines_to(writer: Callable[[str], None] | None) -> None:
+    global _line_writer  # noqa: PLW0603 - one process-wide sink, set by the plugin
+    _line_writer = writer
 
 
 class Progress:
@@ -23,7 +32,7 @@ class Progress:
         self.interval = interval
         self.started = time.monotonic()
         self._stop = threading.Event()
-        self._tty = self.stream.isatty()
+        self._tty = self.stream.isatty() and _line_writer is None
         self._thread = threading.Thread(target=self._tick, daemon=True)
 
     @property
@@ -43,6 +52,9 @@ class Progress:
             self._emit(self._line())
 
     def _emit(self, line: str) -> None:
+        if _line_writer is not None:
+            _line_writer(line)
+            return
         if self._tty:
             self.stream.write("\r\033[K" + line)
         else:
@@ -59,6 +71,9 @@ class Progress:
         self._stop.set()
         self._thread.join()
         end = f"{'✓' if outcome == 'done' else '✗'} {self.what}: {outcome} in {self.elapsed:.1f}s"
+        if _line_writer is not None:
+            _line_writer(end)
+            return
         if self._tty:
             self.stream.write("\r\033[K")
         self.stream.write(end + "\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -243,3 +244,27 @@ def _start_time(pid: int) -> int | None:
     from conformance.providers.local.supervisor import process_start_time  # noqa: PLC0415
 
     return process_start_time(pid)
+
+
+@pytest.mark.runs_last
+def test_sigterm_during_a_first_up_leaves_nothing_behind(local_provider: LocalProvider) -> None:
+    local_provider.down()
+    root = Path(__file__).resolve().parents[2]
+    up = subprocess.Popen(
+        [sys.executable, "-m", "conformance.cli", "cluster", "up"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert up.stdout is not None
+    for line in up.stdout:
+        if "starting kube-apiserver" in line:  # etcd runs, the network namespace exists
+            break
+    up.send_signal(signal.SIGTERM)
+    output = up.stdout.read()
+    assert up.wait(timeout=120) == 2, output
+    assert "interrupted" in output
+    assert local_provider.supervisor.cgroup_pids() == []
+    assert not Path("/run/netns", local_provider.net.netns).exists()
+    assert not local_provider.state.root.exists()

@@ -215,3 +215,33 @@ def test_an_interrupted_build_never_looks_complete(tmp_path: Path) -> None:
 def test_a_builder_that_writes_no_archive_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(images.ProvisioningError, match="produced no archive"):
         images._cached_build(tmp_path, "thing", "1.0", {}, lambda work, ref, log: None)
+
+
+def test_buildah_traces_are_removed_when_the_build_created_them(tmp_path: Path) -> None:
+    cache_file = tmp_path / "containers" / "cache" / "blob-info-cache-v1.boltdb"
+    with images.buildah_host_traces_removed(cache_file):
+        cache_file.parent.mkdir(parents=True)
+        cache_file.write_bytes(b"bolt")
+    assert not (tmp_path / "containers").exists()
+
+
+def test_buildah_traces_that_existed_before_are_left_alone(tmp_path: Path) -> None:
+    cache_file = tmp_path / "containers" / "cache" / "blob-info-cache-v1.boltdb"
+    cache_file.parent.mkdir(parents=True)
+    with images.buildah_host_traces_removed(cache_file):
+        cache_file.write_bytes(b"bolt")
+    assert not cache_file.exists() and cache_file.parent.is_dir()
+    cache_file.write_bytes(b"someone else's")
+    with images.buildah_host_traces_removed(cache_file):
+        pass
+    assert cache_file.read_bytes() == b"someone else's"
+
+
+def test_buildah_traces_in_a_directory_others_now_use_stay(tmp_path: Path) -> None:
+    cache_file = tmp_path / "containers" / "cache" / "blob-info-cache-v1.boltdb"
+    with images.buildah_host_traces_removed(cache_file):
+        cache_file.parent.mkdir(parents=True)
+        cache_file.write_bytes(b"bolt")
+        (cache_file.parent / "other-tool.db").write_bytes(b"x")
+    assert not cache_file.exists()
+    assert (cache_file.parent / "other-tool.db").exists()

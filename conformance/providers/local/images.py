@@ -44,6 +44,7 @@ ARCHIVE_NAME = "image.tar"
 MARKER_NAME = "complete"
 LOG_NAME = "build.log"
 BUILD_CA_PATH = "/tmp/kuberay-conformance-build-ca.pem"  # inside the chroot, during pip only
+BUILDAH_BLOB_INFO_CACHE = Path("/var/lib/containers/cache/blob-info-cache-v1.boltdb")
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # minbase already brings bash, grep, sed, mawk, coreutils and findutils (Priority: required);
@@ -419,7 +420,34 @@ def _buildah_env(storage: Path) -> dict[str, str]:
 
 def pack_rootfs(rootfs: Path, ref: str, config: ImageConfig, out: Path, *, work: Path, log: Path) -> None:
     """Turn a directory into a one-layer docker-archive at `out` named `ref`."""
-    storage = work / "buildah"
+    with buildah_host_traces_removed():
+        _buildah_pack(rootfs, ref, config, out, work / "buildah", log)
+
+
+@contextmanager
+def buildah_host_traces_removed(cache_file: Path = BUILDAH_BLOB_INFO_CACHE) -> Iterator[None]:
+    """Remove the blob-info cache that buildah's commit creates in /var/lib/containers.
+
+    As root, containers/image records layer digests in /var/lib/containers/cache whatever
+    --root says, and buildah has no flag to move it. It is only a lookup cache; whatever
+    did not exist before the build is removed after it (pre-existing files are left alone).
+    """
+    chain = [cache_file.parent.parent, cache_file.parent, cache_file]
+    created = [path for path in chain if not path.exists()]
+    try:
+        yield
+    finally:
+        for path in reversed(created):  # the file first, then its directories if empty
+            try:
+                if path.is_dir():
+                    path.rmdir()
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:  # not empty: other containers tooling started using it meanwhile
+                break
+
+
+def _buildah_pack(rootfs: Path, ref: str, config: ImageConfig, out: Path, storage: Path, log: Path) -> None:
     env = _buildah_env(storage)
     buildah = _buildah(storage)
     policy = ["--signature-policy", str(storage / "policy.json")]

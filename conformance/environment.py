@@ -1,0 +1,139 @@
+"""Everything a conformance run needs before its first check, and its removal afterwards.
+
+The provider's cluster, KubeRay installed and checked, the Ray images available, and the
+capabilities detected. Any failure here is the environment's, and is reported as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client, config
+
+from conformance import capabilities
+from conformance.errors import ProvisioningError, UsageError
+from conformance.profiles import Profile
+from conformance.providers import get_provider
+from conformance.providers.base import Cluster, Provider
+from conformance.timeouts import Timeouts
+
+
+@dataclass
+class RunOptions:
+    provider: str
+    profile: Profile
+    run_dir: Path
+    run_id: str
+    kubeconfig: str | None = None
+    context: str | None = None
+    ray_versions: tuple[str, ...] = ()
+    keep_failed: bool = False
+    keep_cluster: bool = False
+    timeout_overrides: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self.profile.timeouts.with_overrides(self.timeout_overrides)
+
+    @property
+    def versions_to_test(self) -> tuple[str, ...]:
+        return self.ray_versions or self.profile.ray_versions
+
+
+class Environment:
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.provider: Provider = get_provider(
+            options.provider, kubeconfig=options.kubeconfig, context=options.context
+        )
+        self.cluster: Cluster | None = None
+        self.api: client.ApiClient | None = None
+        self.capabilities: capabilities.Capabilities | None = None
+        self.operator_namespace = options.profile.kuberay.namespace
+        self.operator: object | None = None
+        self._made_cluster = False
+        self.operator_spec: object | None = None
+        # Facts about this run a reader of the report must know (a fallback version, say).
+        self.notes: list[str] = []
+
+    def check_input(self) -> None:
+        """Refuse combinations that cannot work, before anything is provisioned."""
+        if self.options.profile.kuberay.install == "local-build" and not hasattr(self.provider, "load_image"):
+            raise UsageError(
+                f"profile {self.options.profile.name} builds KubeRay and Ray images on this machine, "
+                f"which provider {self.options.provider} cannot load",
+                "use a profile with kuberay.install: helm and public images (e.g. --profile kind)",
+            )
+
+    def prepare(self) -> None:
+        self.check_input()
+        was_up = self.provider.status().healthy
+        self.cluster = self.provider.up()
+        self._made_cluster = not was_up
+        self.api = config.new_client_from_config(str(self.cluster.kubeconfig), context=self.cluster.context)
+        self._install_kuberay()
+        self._provide_ray_images()
+        facts = self.operator
+        self.capabilities = capabilities.detect(
+            self.api,
+            kuberay_version=getattr(facts, "version", ""),
+            feature_gates=dict(getattr(facts, "effective_feature_gates", {})),
+            simulated_gpus=bool(self.cluster.facts.get("simulated_gpus")),
+            gpu_resource=self.options.profile.gpu.resource,
+        )
+
+    def _install_kuberay(self) -> None:
+        from conformance.install import kuberay  # noqa: PLC0415 - pulls in the local build machinery
+
+        settings = self.options.profile.kuberay
+        local = settings.install == "local-build"
+        version = self._buildable_version(settings.version) if local else settings.version
+        gates = {**kuberay.chart_feature_gates(version), **settings.feature_gates}
+        spec = kuberay.OperatorSpec(version=version, namespace=settings.namespace, feature_gates=gates)
+        self.operator_spec = spec
+        assert self.api is not None and self.cluster is not None
+        if local:
+            kuberay.install_local(self.provider, self.api, spec)  # type: ignore[arg-type]
+        else:
+            kuberay.install_helm(self.cluster.kubeconfig, spec)
+        kuberay.wait_ready(self.api, spec, self.options.timeouts.ready)
+        self.operator = kuberay.observed_operator(self.api, settings.namespace)
+
+    def _buildable_version(self, requested: str) -> str:
+        """The requested KubeRay, or the newest older release the Go proxy serves source for."""
+        from conformance.install import kuberay  # noqa: PLC0415
+        from conformance.providers.local import gobuild  # noqa: PLC0415
+
+        cache = self.provider.cache  # type: ignore[attr-defined]
+        resolved = gobuild.resolve(kuberay.operator_tool(requested), cache)
+        if resolved.version != requested:
+            self.notes.append(
+                f"KubeRay {requested} was asked for, but the Go module proxy serves no source for it; "
+                f"the newest served release {resolved.version} was built and is what these results describe"
+            )
+        return resolved.version
+
+    def _provide_ray_images(self) -> None:
+        if self.options.profile.kuberay.install != "local-build":
+            return  # public images, pulled by the cluster
+        from conformance.providers.local import images  # noqa: PLC0415
+
+        cache = getattr(self.provider, "cache", None)
+        if cache is None:
+            raise ProvisioningError("the provider has no image cache", "use the local provider")
+        for version in self.options.versions_to_test:
+            archive = images.ray_image(cache, version)
+            expected = self.options.profile.ray_image(version)
+            if archive.ref != expected:
+                raise UsageError(
+                    f"profile {self.options.profile.name} names Ray image {expected}, "
+                    f"but the local build makes {archive.ref}",
+                    "set images.ray in the profile to localhost/kuberay-conformance/ray:{ray_version}",
+                )
+            self.provider.load_image(archive)  # type: ignore[attr-defined]
+
+    def teardown(self) -> list[str]:
+        if self.options.keep_cluster or not self._made_cluster:
+            return []
+        return self.provider.down()

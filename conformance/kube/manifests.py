@@ -1,0 +1,24 @@
+"""Render the YAML templates in manifests/ (Jinja2) into objects ready to apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(MANIFESTS)),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def render(template: str, **values: Any) -> dict[str, Any]:
+    """Render `template` (a path below manifests/) into one object."""
+    text = _env.get_template(template).render(**values)
+    return yaml.safe_load(text)

@@ -1,0 +1,407 @@
+"""The pytest plugin: options, fixtures, markers and result collection for conformance runs.
+
+Loaded through the `pytest11` entry point, it stays inert unless `--conformance-provider`
+is given, so other pytest sessions (the harness's own tests) are not affected.
+
+Outcomes are classified as summary.json wants them: an AssertionError in a check is a
+conformance failure; any other exception (a wait that timed out, an API error, a
+provisioning error) is an error of the environment or harness; a skip whose reason
+starts with "not applicable:" is not applicable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from conformance import profiles, progress
+from conformance.capabilities import Capabilities
+from conformance.environment import Environment, RunOptions
+from conformance.errors import HarnessError
+from conformance.kube import diagnostics
+from conformance.report.summary import AREAS, Summary, TestResult, new_run_id, now
+from conformance.timeouts import Timeouts
+
+NOT_APPLICABLE = "not applicable: "
+RUN_LABEL = "kuberay-conformance.io/run-id"
+KUBERAY_ISSUE_URL = "https://github.com/ray-project/kuberay/issues/{}"
+RUN_KEY = pytest.StashKey["ConformanceRun"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kuberay-conformance")
+    group.addoption("--conformance-provider", default=None, help="run conformance checks on this provider")
+    group.addoption("--conformance-profile", default="default", help="profile name or YAML path")
+    group.addoption("--conformance-kubeconfig", default=None, help="kubeconfig (provider existing)")
+    group.addoption("--conformance-context", default=None, help="kubeconfig context (provider existing)")
+    group.addoption("--conformance-ray-version", action="append", default=[], help="Ray version(s) to test")
+    group.addoption("--conformance-run-dir", default=None, help="where results go (default reports/<run-id>)")
+    group.addoption("--conformance-keep-failed", action="store_true", help="keep namespaces of failed checks")
+    group.addoption("--conformance-keep-cluster", action="store_true", help="leave the cluster running")
+    group.addoption("--conformance-area", action="append", default=[], help="run only these areas")
+    group.addoption(
+        "--conformance-timeout",
+        action="append",
+        default=[],
+        metavar="KIND=SECONDS",
+        help="override a timeout kind (apply, ready, scale, cleanup, upgrade)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "area(name): the conformance area a check belongs to")
+    config.addinivalue_line("markers", "kuberay_issue(*numbers): kuberay issues the check encodes")
+    config.addinivalue_line(
+        "markers", "requires(*needs): preconditions (gpu, gateway_api, gate:X, kuberay>=V)"
+    )
+    provider = config.getoption("--conformance-provider", default=None)
+    if provider:
+        run = ConformanceRun(config, provider)
+        config.stash[RUN_KEY] = run
+        config.pluginmanager.register(run, "kuberay-conformance-run")
+        progress.route_lines_to(_terminal_line_writer(config))
+
+
+class ConformanceRun:
+    """The state of one conformance run inside a pytest session."""
+
+    def __init__(self, config: pytest.Config, provider: str) -> None:
+        run_id = new_run_id()
+        run_dir = Path(config.getoption("--conformance-run-dir") or Path("reports") / run_id)
+        overrides = dict(Timeouts.parse_override(t) for t in config.getoption("--conformance-timeout"))
+        self.options = RunOptions(
+            provider=provider,
+            profile=profiles.load(config.getoption("--conformance-profile")),
+            run_dir=run_dir.resolve(),
+            run_id=run_dir.name,
+            kubeconfig=config.getoption("--conformance-kubeconfig"),
+            context=config.getoption("--conformance-context"),
+            ray_versions=tuple(config.getoption("--conformance-ray-version")),
+            keep_failed=config.getoption("--conformance-keep-failed"),
+            keep_cluster=config.getoption("--conformance-keep-cluster"),
+            timeout_overrides=overrides,
+        )
+        self.options.timeouts  # noqa: B018 - validates the overrides now, before anything runs
+        self.environment = Environment(self.options)
+        self.summary = Summary(
+            run_id=self.options.run_id,
+            started=now(),
+            provider=provider,
+            profile=self.options.profile.name,
+            versions={},
+        )
+        self._metrics: dict[str, dict[str, float]] = {}
+        self.results: dict[str, TestResult] = {}
+        self._prepared: bool | None = None
+        self._prepare_error: BaseException | None = None
+        self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+
+    # -- collection -------------------------------------------------------------------
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "ray_version" in metafunc.fixturenames:
+            versions = self.options.versions_to_test
+            metafunc.parametrize("ray_version", versions, ids=[f"ray{v}" for v in versions], scope="session")
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        import allure  # noqa: PLC0415 - only conformance runs need it
+
+        wanted = set(config.getoption("--conformance-area"))
+        if wanted:
+            deselected = [item for item in items if _area(item) not in wanted]
+            items[:] = [item for item in items if _area(item) in wanted]
+            config.hook.pytest_deselected(items=deselected)
+        for item in items:
+            area = _area(item)
+            item.add_marker(allure.epic(area))
+            item.add_marker(allure.feature(item.module.__name__.rsplit(".", 1)[-1] if item.module else area))
+            item.add_marker(allure.story(item.originalname if hasattr(item, "originalname") else item.name))
+            for number in _issues(item):
+                item.add_marker(allure.issue(KUBERAY_ISSUE_URL.format(number), f"kuberay#{number}"))
+
+    # -- environment ------------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Prepare before the first check, so no check's duration includes the bring-up."""
+        if not session.items:
+            return
+        started = time.monotonic()
+        with contextlib.suppress(Exception):  # recorded; every check then errors with the cause
+            self.ensure_prepared()
+        self.summary.environment["prepare_s"] = round(time.monotonic() - started, 1)
+
+    def ensure_prepared(self) -> Environment:
+        if self._prepared is None:
+            try:
+                self.environment.prepare()
+                self._prepared = True
+                self._record_environment()
+            except BaseException as exc:
+                self._prepared = False
+                self._prepare_error = exc
+                raise
+        if not self._prepared:
+            message = self._prepare_error.args[0] if self._prepare_error and self._prepare_error.args else ""
+            raise HarnessError(f"the environment could not be prepared: {message}")
+        return self.environment
+
+    def _record_environment(self) -> None:
+        caps = self.environment.capabilities
+        assert caps is not None
+        self.summary.versions = {
+            "kubernetes": caps.kubernetes_version,
+            "kuberay": caps.kuberay_version,
+            "ray": ",".join(self.options.versions_to_test),
+        }
+        self.summary.environment = {
+            "feature_gates": caps.feature_gates,
+            "gpu_capacity": caps.gpu_capacity,
+            "simulated_gpus": caps.simulated_gpus,
+            "gateway_api": caps.gateway_api,
+            "gateway_classes": list(caps.gateway_classes),
+            "profile_source": str(self.options.profile.source),
+            "kuberay_requested": self.options.profile.kuberay.version,
+            "notes": list(self.environment.notes),
+        }
+
+    def metrics_for(self, nodeid: str) -> dict[str, float]:
+        return self._metrics.setdefault(nodeid, {})
+
+    def namespace_for(self, node: pytest.Item | pytest.Collector, api: client.ApiClient) -> Iterator[str]:
+        core = client.CoreV1Api(api)
+        name = f"krc-{_slug(node.name.removesuffix('.py'))[:40]}-{uuid.uuid4().hex[:5]}"
+        core.create_namespace({"metadata": {"name": name, "labels": {RUN_LABEL: self.options.run_id}}})
+        yield name
+        failed = [
+            r
+            for r in self.results.values()
+            if r.id.startswith(node.nodeid) and r.outcome in ("failed", "error")
+        ]
+        if failed:
+            self._collect_diagnostics(node, api, name)
+        if not (failed and self.options.keep_failed):
+            core.delete_namespace(name)
+
+    # -- preconditions ----------------------------------------------------------------
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        needs = [need for marker in item.iter_markers("requires") for need in marker.args]
+        if not needs:
+            return
+        caps = self.ensure_prepared().capabilities
+        assert caps is not None
+        for need in needs:
+            why = caps.missing(need, self.options.profile.gateway_class)
+            if why:
+                pytest.skip(NOT_APPLICABLE + why)
+
+    # -- results ----------------------------------------------------------------------
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        setattr(item, f"rep_{report.when}", report)
+        self._record(item, report, call)
+
+    def _record(self, item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
+        result = self.results.get(item.nodeid)
+        if result is None:
+            result = TestResult(
+                id=item.nodeid,
+                area=_area(item),
+                outcome="passed",
+                duration_s=0.0,
+                issues=[f"kuberay#{n}" for n in _issues(item)],
+            )
+            self.results[item.nodeid] = result
+        result.duration_s = round(result.duration_s + report.duration, 3)
+        if report.skipped:
+            reason = _skip_reason(report)
+            result.outcome = "not_applicable" if reason.startswith(NOT_APPLICABLE) else "skipped"
+            result.reason = reason.removeprefix(NOT_APPLICABLE)
+        elif report.failed:
+            if result.outcome in ("failed", "error"):
+                return  # the first failure is the one that matters
+            conformance_failure = (
+                report.when == "call"
+                and call.excinfo is not None
+                and isinstance(call.excinfo.value, AssertionError)
+            )
+            result.outcome = "failed" if conformance_failure else "error"
+            result.reason = _failure_reason(call, report)
+        result.metrics = dict(self._metrics.get(item.nodeid, {}))
+
+    def _collect_diagnostics(
+        self, item: pytest.Item | pytest.Collector, api: client.ApiClient, namespace: str
+    ) -> None:
+        import allure  # noqa: PLC0415
+
+        out = self.options.run_dir / "diagnostics" / _slug(item.nodeid)
+        files = diagnostics.collect(api, namespace, self.environment.operator_namespace, out)
+        for path in files:
+            allure.attach.file(
+                str(path), name=str(path.relative_to(out)), attachment_type=allure.attachment_type.TEXT
+            )
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
+        for nodeid, result in self.results.items():
+            result.metrics = dict(self._metrics.get(nodeid, result.metrics))
+            self.summary.add(result)
+        self.summary.complete = not interrupted and len(self.results) >= session.testscollected
+        self._delete_run_namespaces()
+        problems = self.environment.teardown()
+        if problems:
+            self.summary.environment["teardown_problems"] = problems
+        self.summary.write(self.options.run_dir)
+        signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _delete_run_namespaces(self) -> None:
+        api = self.environment.api
+        if api is None:
+            return
+        core = client.CoreV1Api(api)
+        kept = {r.id for r in self.results.values() if r.outcome in ("failed", "error")}
+        try:
+            for ns in core.list_namespace(label_selector=f"{RUN_LABEL}={self.options.run_id}").items:
+                if self.options.keep_failed and kept:
+                    continue
+                core.delete_namespace(ns.metadata.name)
+        except Exception:
+            return
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        areas = self.summary.areas()
+        terminalreporter.section("kuberay conformance")
+        for area in AREAS:
+            if area in areas:
+                counts = ", ".join(f"{k} {v}" for k, v in areas[area].items() if v)
+                terminalreporter.write_line(f"{area:<15} {counts}")
+        terminalreporter.write_line(f"verdict: {self.summary.verdict()}")
+        terminalreporter.write_line(f"results: {self.options.run_dir / 'summary.json'}")
+
+
+# -- fixtures the suites use -----------------------------------------------------------
+
+
+def _current(request: pytest.FixtureRequest) -> ConformanceRun:
+    run = request.config.stash.get(RUN_KEY, None)
+    if run is None:
+        raise pytest.UsageError("conformance checks need a run: pass --conformance-provider (or use the CLI)")
+    return run
+
+
+@pytest.fixture(scope="session")
+def conformance(request: pytest.FixtureRequest) -> Environment:
+    """The prepared environment: cluster up, KubeRay installed and checked, images available."""
+    return _current(request).ensure_prepared()
+
+
+@pytest.fixture(scope="session")
+def profile(request: pytest.FixtureRequest) -> profiles.Profile:
+    return _current(request).options.profile
+
+
+@pytest.fixture(scope="session")
+def timeouts(request: pytest.FixtureRequest) -> Timeouts:
+    return _current(request).options.timeouts
+
+
+@pytest.fixture(scope="session")
+def api(conformance: Environment) -> client.ApiClient:
+    assert conformance.api is not None
+    return conformance.api
+
+
+@pytest.fixture(scope="session")
+def capabilities(conformance: Environment) -> Capabilities:
+    assert conformance.capabilities is not None
+    return conformance.capabilities
+
+
+@pytest.fixture
+def metrics(request: pytest.FixtureRequest) -> dict[str, float]:
+    """Figures a check measured (snake_case names with a unit suffix); they go into summary.json."""
+    return _current(request).metrics_for(request.node.nodeid)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, api: client.ApiClient) -> Iterator[str]:
+    """A namespace for one check, removed afterwards (kept on failure with --keep-failed)."""
+    yield from _current(request).namespace_for(request.node, api)
+
+
+@pytest.fixture(scope="module")
+def module_namespace(request: pytest.FixtureRequest, api: client.ApiClient) -> Iterator[str]:
+    """A namespace shared by the checks of one module that look at one expensive object."""
+    yield from _current(request).namespace_for(request.node, api)
+
+
+def _terminal_line_writer(config: pytest.Config):  # noqa: ANN202 - a Callable[[str], None]
+    """Progress lines of waits, shown on the terminal past pytest's output capture."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    state = {"test": ""}
+
+    def write(line: str) -> None:
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        if reporter is None:
+            return
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0].rsplit("::", 1)[-1]
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            if test and test != state["test"]:
+                reporter.write_line(f"  {test}")
+                state["test"] = test
+            reporter.write_line(f"    {line}")
+
+    return write
+
+
+def _sigterm_as_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _area(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("area")
+    if marker is None or marker.args[0] not in AREAS:
+        raise pytest.UsageError(
+            f"{item.nodeid}: every conformance check needs @pytest.mark.area(one of {AREAS})"
+        )
+    return str(marker.args[0])
+
+
+def _issues(item: pytest.Item) -> list[int]:
+    return [int(n) for marker in item.iter_markers("kuberay_issue") for n in marker.args]
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return str(report.longrepr)
+
+
+def _failure_reason(call: pytest.CallInfo[None], report: pytest.TestReport) -> str:
+    if call.excinfo is not None:
+        text = str(call.excinfo.value).strip().splitlines()
+        first = text[0] if text else ""
+        return f"{call.excinfo.typename}: {first}"[:500]
+    return str(report.longrepr).splitlines()[-1][:500] if report.longrepr else ""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def results_json(summary: Summary) -> str:
+    return json.dumps(summary.to_json(), indent=2)

@@ -1,0 +1,212 @@
+"""Area raycluster: a RayCluster becomes ready, is wired as documented, and goes away cleanly."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from conformance.kube.manifests import render
+from conformance.kube.ray import Ray
+from conformance.kube.wait import behaviour, holds_for, wait_for, wait_gone
+from conformance.profiles import Profile
+from conformance.suites.conftest import manifest_values
+from conformance.timeouts import Timeouts
+
+pytestmark = pytest.mark.area("raycluster")
+
+DOCUMENTED_HEAD_PORTS = {
+    "client": 10001,
+    "gcs-server": 6379,
+    "dashboard": 8265,
+    "metrics": 8080,
+    "serve": 8000,
+}
+
+
+def _create_ready(
+    ray: Ray, values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> dict[str, Any]:
+    started = time.monotonic()
+    ray.create("rayclusters", render("ray/raycluster.yaml", **values))
+    head = wait_for(
+        ray.core.list_namespaced_pod,
+        lambda p: any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []),
+        what=f"the head pod of {values['name']} to be Ready",
+        timeout=timeouts.ready,
+        namespace=ray.namespace,
+        label_selector=f"ray.io/cluster={values['name']},ray.io/node-type=head",
+    )
+    metrics["head_ready_s"] = round(time.monotonic() - started, 2)
+    assert head is not None
+    cluster = ray.wait_cluster_ready(values["name"], timeouts.ready)
+    metrics["cluster_ready_s"] = round(time.monotonic() - started, 2)
+    return cluster
+
+
+def _conditions(cluster: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in cluster.get("status", {}).get("conditions", [])}
+
+
+def test_head_only_cluster_becomes_ready(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    cluster = _create_ready(
+        ray, {**cluster_values, "name": "head-only", "head_num_cpus": 1}, timeouts, metrics
+    )
+    assert cluster["status"]["state"] == "ready"
+    assert [p.metadata.labels["ray.io/node-type"] for p in ray.pods("head-only")] == ["head"]
+
+
+def test_num_of_hosts_two_gives_replicas_times_two_pods(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    values = {
+        **cluster_values,
+        "name": "multihost",
+        "workers": [{"name": "pair", "replicas": 1, "num_of_hosts": 2}],
+    }
+    ray.create("rayclusters", render("ray/raycluster.yaml", **values))
+    wait_for(
+        ray.core.list_namespaced_pod,
+        lambda _p: len(ray.pods("multihost", "worker")) >= 2,
+        what="the worker pods of multihost to exist",
+        timeout=timeouts.ready,
+        namespace=ray.namespace,
+        label_selector="ray.io/cluster=multihost,ray.io/node-type=worker",
+    )
+    assert len(ray.pods("multihost", "worker")) == 1 * 2
+
+
+@pytest.fixture(scope="module")
+def shared(api: client.ApiClient, module_namespace: str) -> Ray:
+    return Ray(api, module_namespace)
+
+
+@pytest.fixture(scope="module")
+def head_and_workers(shared: Ray, profile: Profile, ray_version: str, timeouts: Timeouts) -> dict[str, float]:
+    """One head + two workers cluster that the wiring checks below share; returns its timings."""
+    timings: dict[str, float] = {}
+    values = {
+        **manifest_values(profile, ray_version),
+        "name": "hw",
+        "workers": [{"name": "small", "replicas": 2}],
+    }
+    _create_ready(shared, values, timeouts, timings)
+    started = time.monotonic()
+    wait_for(
+        shared.core.list_namespaced_pod,
+        lambda _p: sum(_ready(p) for p in shared.pods("hw", "worker")) == 2,
+        what="both workers of hw to be Ready",
+        timeout=timeouts.ready,
+        namespace=shared.namespace,
+        label_selector="ray.io/cluster=hw,ray.io/node-type=worker",
+    )
+    timings["workers_ready_s"] = round(timings["cluster_ready_s"] + time.monotonic() - started, 2)
+    return timings
+
+
+def _ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def test_head_and_workers_report_documented_conditions(
+    head_and_workers: dict[str, float], shared: Ray, metrics: dict[str, float]
+) -> None:
+    metrics.update(head_and_workers)
+    cluster = shared.get("rayclusters", "hw")
+    conditions = _conditions(cluster)
+    assert conditions.get("HeadPodReady") == "True", conditions
+    assert conditions.get("RayClusterProvisioned") == "True", conditions
+    assert cluster["status"]["state"] == "ready"
+    assert cluster["status"].get("readyWorkerReplicas") == 2
+
+
+def test_head_service_is_headless_with_documented_ports(
+    head_and_workers: dict[str, float], shared: Ray
+) -> None:
+    service = shared.core.read_namespaced_service("hw-head-svc", shared.namespace)
+    assert service.spec.cluster_ip == "None", f"head service has clusterIP {service.spec.cluster_ip}"
+    ports = {p.name: p.port for p in service.spec.ports}
+    for name, port in DOCUMENTED_HEAD_PORTS.items():
+        assert ports.get(name) == port, f"port {name}: {ports.get(name)} (documented {port})"
+
+
+def test_workers_reach_the_head_through_cluster_dns(head_and_workers: dict[str, float], shared: Ray) -> None:
+    worker = shared.pods("hw", "worker")[0]
+    fqdn = f"hw-head-svc.{shared.namespace}.svc.cluster.local"
+    script = (
+        "import socket; s = socket.create_connection(("
+        f"'{fqdn}', 6379), timeout=10); print('connected', s.getpeername()[0])"
+    )
+    out = shared.exec(worker, ["python", "-c", script])
+    head_ip = shared.head_pod("hw").status.pod_ip
+    assert f"connected {head_ip}" in out
+
+
+def test_a_task_submitted_through_the_head_runs_on_a_worker(
+    head_and_workers: dict[str, float], shared: Ray
+) -> None:
+    script = (
+        "import ray\n"
+        "ray.init(address='auto', logging_level='ERROR')\n"
+        "@ray.remote(num_cpus=1)\n"
+        "def where():\n"
+        "    return ray.util.get_node_ip_address()\n"
+        "print('ran-on', ray.get(where.remote(), timeout=120))\n"
+    )
+    out = shared.python_in_head("hw", script)
+    worker_ips = {p.status.pod_ip for p in shared.pods("hw", "worker")}
+    ran_on = out.split("ran-on", 1)[1].split()[0]
+    assert ran_on in worker_ips, f"task ran on {ran_on}, workers are {worker_ips}"
+
+
+def test_image_change_does_not_restart_existing_pods(
+    head_and_workers: dict[str, float], shared: Ray, timeouts: Timeouts
+) -> None:
+    before = {p.metadata.uid: _restarts(p) for p in shared.pods("hw")}
+    spec = shared.get("rayclusters", "hw")["spec"]
+    image = spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    patch = {"spec": {"headGroupSpec": {"template": {"spec": {"containers": [
+        {"name": "ray-head", "image": image + "-changed"}]}}}}}  # fmt: skip
+    shared.patch("rayclusters", "hw", patch)
+    # Not every spec change is applied in place: the operator reconciles the change at once
+    # (it watches RayClusters); for the observation window no pod may be replaced or restarted.
+    broken = holds_for(
+        shared.core.list_namespaced_pod,
+        lambda pod: pod.metadata.uid in before and _restarts(pod) == before[pod.metadata.uid],
+        what="the pods of hw are neither replaced nor restarted",
+        duration=timeouts.apply,
+        namespace=shared.namespace,
+        label_selector="ray.io/cluster=hw",
+    )
+    assert not broken, f"after an image change: {broken}"
+
+
+def _restarts(pod: client.V1Pod) -> int:
+    return sum(c.restart_count for c in pod.status.container_statuses or [])
+
+
+def test_deleting_the_raycluster_removes_its_pods_and_services(
+    head_and_workers: dict[str, float], shared: Ray, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    started = time.monotonic()
+    shared.delete("rayclusters", "hw")
+    with behaviour("deleting a RayCluster removes its pods and services"):
+        wait_gone(
+            shared.core.list_namespaced_pod,
+            what="the pods of hw",
+            timeout=timeouts.cleanup,
+            namespace=shared.namespace,
+            label_selector="ray.io/cluster=hw",
+        )
+        wait_gone(
+            shared.core.list_namespaced_service,
+            what="the services of hw",
+            timeout=timeouts.cleanup,
+            namespace=shared.namespace,
+            label_selector="ray.io/cluster=hw",
+        )
+    metrics["cleanup_s"] = round(time.monotonic() - started, 2)

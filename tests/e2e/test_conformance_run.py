@@ -1,0 +1,63 @@
+"""The main job end to end: `kuberay-conformance run` on the local cluster writes a conformant report.
+
+A smoke over the operator area (it installs KubeRay and checks it); the full suites run in
+`make conformance`. Bad input is refused before anything is provisioned.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from conformance.providers.base import Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "run", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+
+
+def test_operator_area_runs_and_writes_summary_junit_and_allure(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    done = _run("--area", "operator", "--run-dir", str(run_dir))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    outcomes = {t["id"].rsplit("::", 1)[-1]: t["outcome"] for t in summary["tests"]}
+    assert "error" not in outcomes.values(), f"harness errors: {summary['tests']}\n{done.stdout[-3000:]}"
+    assert done.returncode == {"conformant": 0, "not conformant": 1}[summary["verdict"]]
+    assert set(summary["areas"]) == {"operator"}
+    assert summary["provider"] == "local" and summary["profile"] == "default"
+    assert summary["versions"]["kubernetes"] == "v1.35.4"
+    assert summary["versions"]["kuberay"].startswith("v1.")
+    assert len(outcomes) >= 4
+    recovery = next(t for t in summary["tests"] if "recovers" in t["id"])
+    assert recovery["metrics"]["operator_recovery_s"] > 0
+    junit = ET.parse(run_dir / "junit.xml").getroot()
+    assert int(junit.find("testsuite").get("tests")) == len(outcomes)
+    assert list((run_dir / "allure-results").glob("*-result.json"))
+
+
+def test_an_unknown_profile_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    done = _run("--profile", "nope", "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 3
+    assert done.stderr.strip().count("\n") == 0 and "unknown profile 'nope'" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_timeout_override_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    done = _run("--timeout", "nap=5", "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 3
+    assert "unknown timeout kind nap" in done.stderr
+    assert not (tmp_path / "run").exists()

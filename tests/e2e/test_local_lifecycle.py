@@ -1,0 +1,85 @@
+"""`up`, `status`, `env` and repair on the real local cluster; bad input fails early and leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance.providers.base import Cluster
+from conformance.providers.local.provider import LocalProvider
+
+CLI = [sys.executable, "-m", "conformance.cli"]
+
+
+def _cli(
+    *args: str, unprivileged: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    # A fresh user namespace makes us uid 65534 without root's capabilities, yet able to read
+    # the interpreter and the project (owner checks still see root's files as ours).
+    prefix = ["unshare", "--user"] if unprivileged else []
+    return subprocess.run(
+        [*prefix, *CLI, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def test_second_up_reuses_the_healthy_cluster(local_provider: LocalProvider, local_cluster: Cluster) -> None:
+    before = {r.name: (r.pid, r.start_time) for r in local_provider.supervisor.records()}
+    local_provider.up()
+    after = {r.name: (r.pid, r.start_time) for r in local_provider.supervisor.records()}
+    assert after == before
+
+
+def test_status_shows_a_dead_component_and_up_repairs_it(
+    local_provider: LocalProvider, local_cluster: Cluster
+) -> None:
+    record = local_provider.supervisor.record("coredns")
+    assert record is not None
+    os.kill(record.pid, signal.SIGKILL)
+    status = _cli("cluster", "status")
+    assert status.returncode == 2, status.stdout
+    line = next(line for line in status.stdout.splitlines() if " coredns " in line)
+    assert line.startswith("FAIL") and "dead" in line
+    local_provider.up()
+    repaired = local_provider.supervisor.record("coredns")
+    assert repaired is not None and repaired.pid != record.pid
+    status = _cli("cluster", "status")
+    assert status.returncode == 0, status.stdout
+    assert all(line.startswith("ok") for line in status.stdout.splitlines())
+
+
+def test_env_prints_kubeconfig_and_the_built_kubectl_first(
+    local_provider: LocalProvider, local_cluster: Cluster
+) -> None:
+    out = _cli("cluster", "env").stdout
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines())
+    assert exports["KUBECONFIG"] == str(local_cluster.kubeconfig)
+    first = exports["PATH"].split(":")[0]
+    assert Path(first, "kubectl").exists()
+    version = subprocess.run(
+        ["bash", "-c", f"{out}\nkubectl version --client -o json"], capture_output=True, text=True, check=True
+    )
+    assert '"gitVersion": "v1.35.4"' in version.stdout
+
+
+def test_not_root_is_refused_in_one_line_before_anything_is_made(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    done = _cli("cluster", "up", unprivileged=True, env={"KRC_STATE_DIR": str(state)})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "needs root" in lines[0] and "run it as root" in lines[0]
+    assert not state.exists()
+
+
+def test_unknown_provider_is_a_usage_error() -> None:
+    done = _cli("cluster", "up", "--provider", "nope")
+    assert done.returncode == 3
+    assert "nope" in done.stderr and len(done.stderr.strip().splitlines()) == 1
