@@ -64,5 +64,8 @@ lint: venv
 	$(BIN)/ruff check conformance tests benchmarks
 	$(BIN)/ruff format --check conformance tests benchmarks
 
+# Figures, not tests: the local provider's bring-up and footprint, then a warm main job.
 bench: host-deps venv
 	$(BIN)/python benchmarks/local_provider.py
+	$(BIN)/python benchmarks/conformance_run.py
+	$(CLI) cluster down --provider local

@@ -125,8 +125,7 @@ def write_readme(result: dict) -> None:
     rss_rows = "\n".join(f"| {name} | {mib:.0f} |" for name, mib in sorted(rss.items()))
     pods = result["pod_start_s"]
     pod_range = f"min {min(pods):.2f}, max {max(pods):.2f}"
-    section = f"""<!-- local-provider:begin -->
-## Local provider
+    section = f"""## Local provider
 
 Measured {result["date"]} on {result["machine"]} by `benchmarks/local_provider.py` (`make bench`).
 
@@ -147,14 +146,19 @@ Idle resident memory per component (MiB, after {IDLE_SETTLE_S} s idle):
 
 | component | MiB |
 |---|---|
-{rss_rows}
-<!-- local-provider:end -->"""
+{rss_rows}"""
+    replace_section("local-provider", section)
+
+
+def replace_section(name: str, body: str) -> None:
+    """Replace (or append) the README section between this name's markers."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    section = f"{begin}\n{body}\n{end}"
     text = (
         README.read_text()
         if README.exists()
         else "# Benchmarks\n\nFigures recorded by the scripts in this folder.\n"
     )
-    begin, end = "<!-- local-provider:begin -->", "<!-- local-provider:end -->"
     if begin in text:
         text = text[: text.index(begin)] + section + text[text.index(end) + len(end) :]
     else:

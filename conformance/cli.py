@@ -17,6 +17,7 @@ import click
 import pytest
 
 from conformance import profiles
+from conformance.environment import Environment, RunOptions
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError
 from conformance.providers import PROVIDERS, get_provider
 from conformance.report import summary
@@ -184,6 +185,16 @@ def run_command(
         loaded = profiles.load(profile)  # bad input is refused here, before anything is provisioned
         overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
         loaded.timeouts.with_overrides(overrides)
+        Environment(
+            RunOptions(
+                provider=provider,
+                profile=loaded,
+                run_dir=Path("."),
+                run_id="check",
+                kubeconfig=kubeconfig,
+                context=context,
+            )
+        ).check_input()
         target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
         # The repository as rootdir, so check ids read conformance/suites/test_x.py::name.
         rootdir = Path(__file__).resolve().parent.parent

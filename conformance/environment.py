@@ -59,6 +59,11 @@ class Environment:
 
     def check_input(self) -> None:
         """Refuse combinations that cannot work, before anything is provisioned."""
+        if self.options.provider == "existing":
+            cluster = self.provider.up()  # creates nothing: checks that the cluster answers
+            if self.options.profile.kuberay.install == "existing":
+                api = config.new_client_from_config(str(cluster.kubeconfig), context=cluster.context)
+                _require_kuberay_crds(api)
         if self.options.profile.kuberay.install == "local-build" and not hasattr(self.provider, "load_image"):
             raise UsageError(
                 f"profile {self.options.profile.name} builds KubeRay and Ray images on this machine, "
@@ -68,9 +73,9 @@ class Environment:
 
     def prepare(self) -> None:
         self.check_input()
-        was_up = self.provider.status().healthy
+        existed = self.provider.status().exists
         self.cluster = self.provider.up()
-        self._made_cluster = not was_up
+        self._made_cluster = not existed
         self.api = config.new_client_from_config(str(self.cluster.kubeconfig), context=self.cluster.context)
         self._install_kuberay()
         self._provide_ray_images()
@@ -89,10 +94,17 @@ class Environment:
         settings = self.options.profile.kuberay
         local = settings.install == "local-build"
         version = self._buildable_version(settings.version) if local else settings.version
-        gates = {**kuberay.chart_feature_gates(version), **settings.feature_gates}
+        if settings.install == "existing":
+            version, gates = settings.version, dict(settings.feature_gates)
+        else:
+            gates = {**kuberay.chart_feature_gates(version), **settings.feature_gates}
         spec = kuberay.OperatorSpec(version=version, namespace=settings.namespace, feature_gates=gates)
         self.operator_spec = spec
         assert self.api is not None and self.cluster is not None
+        if settings.install == "existing":
+            self.operator_spec = _spec_of_running(self.api, settings.namespace)
+            self.operator = kuberay.observed_operator(self.api, settings.namespace)
+            return
         if local:
             kuberay.install_local(self.provider, self.api, spec)  # type: ignore[arg-type]
         else:
@@ -137,3 +149,31 @@ class Environment:
         if self.options.keep_cluster or not self._made_cluster:
             return []
         return self.provider.down()
+
+
+RAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
+
+
+def _require_kuberay_crds(api: client.ApiClient) -> None:
+    extensions = client.ApiextensionsV1Api(api)
+    served = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
+    missing = [name for name in RAY_CRDS if name not in served]
+    if missing:
+        raise UsageError(
+            f"the cluster has no KubeRay CRDs ({', '.join(missing)} missing)",
+            "install KubeRay first, or use a profile whose kuberay.install is helm",
+        )
+
+
+def _spec_of_running(api: client.ApiClient, namespace: str) -> object:
+    """An OperatorSpec describing the operator that already runs, for waits that need one."""
+    from conformance.install import kuberay  # noqa: PLC0415
+
+    facts = kuberay.observed_operator(api, namespace)
+    return kuberay.OperatorSpec(
+        version=facts.version or "v0.0.0",
+        namespace=namespace,
+        feature_gates=dict(facts.feature_gates),
+        watch_namespaces=facts.watch_namespaces,
+        leader_election=facts.leader_election,
+    )

@@ -84,8 +84,10 @@ def parse(data: Any, source: Path) -> Profile:
     resources = reader.section("resources")
     gateway = reader.section("gateway")
     install = kuberay.text("install")
-    if install not in ("local-build", "helm"):
-        raise UsageError(f"profile {source}: kuberay.install is {install!r}", "use local-build or helm")
+    if install not in ("local-build", "helm", "existing"):
+        raise UsageError(
+            f"profile {source}: kuberay.install is {install!r}", "use local-build, helm or existing"
+        )
     pull_policy = images.text("pull_policy")
     if pull_policy not in ("Always", "IfNotPresent", "Never"):
         raise UsageError(

@@ -61,3 +61,65 @@ def test_a_bad_timeout_override_is_refused_before_anything_runs(tmp_path: Path) 
     assert done.returncode == 3
     assert "unknown timeout kind nap" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_existing_provider_attaches_to_a_running_kuberay_and_checks_it(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The local cluster, reached as any existing cluster would be: nothing installed, all read back.
+
+    Runs after the operator-area run above, which left KubeRay installed.
+    """
+    run_dir = tmp_path / "attach"
+    done = _run(
+        "--provider",
+        "existing",
+        "--kubeconfig",
+        str(local_cluster.kubeconfig),
+        "--profile",
+        "attach",
+        "--area",
+        "operator",
+        "--run-dir",
+        str(run_dir),
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["provider"] == "existing"
+    assert [t["outcome"] for t in summary["tests"]].count("error") == 0, done.stdout[-3000:]
+    assert summary["versions"]["kuberay"].startswith("v1.")
+    assert done.returncode == {"conformant": 0, "not conformant": 1}[summary["verdict"]]
+
+
+def test_existing_provider_refuses_a_profile_that_builds_images_locally(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    done = _run(
+        "--provider",
+        "existing",
+        "--kubeconfig",
+        str(local_cluster.kubeconfig),
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    assert done.returncode == 3
+    assert "cannot load" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_existing_provider_refuses_an_unreachable_cluster(local_cluster: Cluster, tmp_path: Path) -> None:
+    text = local_cluster.kubeconfig.read_text().replace("https://10.213.0.2:6443", "https://127.0.0.1:9")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    done = _run(
+        "--provider",
+        "existing",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--profile",
+        "attach",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    assert done.returncode == 3
+    assert "does not answer" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

@@ -48,7 +48,13 @@ def test_journal_keeps_changes_in_order_without_duplicates(tmp_path: Path) -> No
     journal.record(Change("netns", "a"))
     journal.record(Change("link", "b"))
     journal.record(Change("netns", "a"))
-    assert journal.entries() == [Change("netns", "a"), Change("link", "b")]
+    journal.record(Change("sysctl", "kernel.panic", "1"))
+    journal.record(Change("sysctl", "kernel.panic", "10"))  # what kubelet set, seen by a second `up`
+    assert journal.entries() == [
+        Change("netns", "a"),
+        Change("link", "b"),
+        Change("sysctl", "kernel.panic", "1"),
+    ]
 
 
 def test_kubeconfig_inlines_a_certificate_signed_by_the_ca(tmp_path: Path) -> None:

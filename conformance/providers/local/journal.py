@@ -30,7 +30,8 @@ class HostJournal:
 
     def record(self, change: Change) -> None:
         entries = self.entries()
-        if change in entries:
+        # The first record of a target wins: a later `up` sees values the cluster itself set.
+        if any(e.kind == change.kind and e.target == change.target for e in entries):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps([e.__dict__ for e in [*entries, change]], indent=1))
