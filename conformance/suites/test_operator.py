@@ -23,10 +23,15 @@ def _facts(conformance: Environment, api: client.ApiClient) -> kuberay.OperatorF
 
 def test_crds_are_served_at_v1_and_v1alpha1_is_kept(conformance: Environment, api: client.ApiClient) -> None:
     served = _facts(conformance, api).served_crd_versions
-    for plural in (*KEEPS_V1ALPHA1, "raycronjobs"):
-        assert "v1" in served.get(plural, ()), f"{plural}.ray.io is not served at v1: {served.get(plural)}"
     for plural in KEEPS_V1ALPHA1:
+        assert "v1" in served.get(plural, ()), f"{plural}.ray.io is not served at v1: {served.get(plural)}"
         assert "v1alpha1" in served[plural], f"{plural}.ray.io no longer serves v1alpha1: {served[plural]}"
+
+
+@pytest.mark.requires("kuberay>=1.6.0")  # the RayCronJob CRD first shipped with 1.6.0
+def test_raycronjob_crd_is_served_at_v1(conformance: Environment, api: client.ApiClient) -> None:
+    served = _facts(conformance, api).served_crd_versions
+    assert "v1" in served.get("raycronjobs", ()), f"raycronjobs.ray.io: {served.get('raycronjobs')}"
 
 
 def test_feature_gates_match_the_chart_defaults(conformance: Environment, api: client.ApiClient) -> None:

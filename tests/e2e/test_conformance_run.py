@@ -12,6 +12,11 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+from kubernetes import client, config
+
+from conformance.install import kuberay
+from conformance.kube.wait import wait_gone
 from conformance.providers.base import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,4 +127,33 @@ def test_existing_provider_refuses_an_unreachable_cluster(local_cluster: Cluster
     )
     assert done.returncode == 3
     assert "does not answer" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.runs_last
+def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Runs after every check that needs KubeRay: it removes the operator and its CRDs."""
+    api = config.new_client_from_config(str(local_cluster.kubeconfig))
+    kuberay.uninstall_local(api, kuberay.OperatorSpec(version="v1.6.2"), remove_crds=True)
+    wait_gone(
+        client.ApiextensionsV1Api(api).list_custom_resource_definition,
+        what="the Ray CRDs",
+        timeout=120,
+        field_selector="metadata.name=rayclusters.ray.io",
+    )
+    done = _run(
+        "--provider",
+        "existing",
+        "--kubeconfig",
+        str(local_cluster.kubeconfig),
+        "--profile",
+        "attach",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    assert done.returncode == 3, done.stderr
+    assert "no KubeRay CRDs (rayclusters.ray.io, rayjobs.ray.io, rayservices.ray.io missing)" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()

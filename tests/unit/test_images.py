@@ -171,11 +171,12 @@ def test_import_command_keeps_the_archive_name_and_pins_by_default() -> None:
     cmd = images.import_command(archive, Path("/bin/ctr"), Path("/run/c.sock"), "k8s.io", pin=True)
     assert cmd == [
         "/bin/ctr", "--address", "/run/c.sock", "-n", "k8s.io", "images", "import",
+        "--label", "kuberay-conformance.io/archive=ray",
         "--label", "io.cri-containerd.pinned=pinned", "/c/images/ray/image.tar",
     ]  # fmt: skip
     assert "--base-name" not in cmd and "--local" not in cmd
     unpinned = images.import_command(archive, Path("/bin/ctr"), Path("/run/c.sock"), "k8s.io", pin=False)
-    assert "--label" not in unpinned
+    assert "io.cri-containerd.pinned=pinned" not in unpinned
 
 
 def _fake_build(calls: list[str], fail: bool = False) -> images.Builder:

@@ -62,6 +62,7 @@ RAY_USER = "1000:100"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NONROOT_USER = "65532:65532"  # distroless' nonroot, for the static-binary images
 PAUSE_USER = "65535:65535"  # the uid the upstream pause image runs as
+ARCHIVE_LABEL = "kuberay-conformance.io/archive"
 CRI_PINNED_LABEL = "io.cri-containerd.pinned=pinned"  # the CRI plugin reports these as pinned: no image GC
 
 _NAME_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -242,9 +243,15 @@ def import_command(archive: ImageArchive, ctr: Path, address: Path, namespace: s
     # prefixes bare tags). No --local: the daemon's transfer service imports and unpacks
     # for the default platform into the default snapshotter (overlayfs), which CRI uses.
     cmd = [str(ctr), "--address", str(address), "-n", namespace, "images", "import"]
+    cmd += ["--label", f"{ARCHIVE_LABEL}={archive_id(archive)}"]
     if pin:
         cmd += ["--label", CRI_PINNED_LABEL]
     return [*cmd, str(archive.path)]
+
+
+def archive_id(archive: ImageArchive) -> str:
+    """Which build an imported image came from: its cache entry's name (recipe hash included)."""
+    return archive.path.parent.name
 
 
 # --- running things ----------------------------------------------------------------
@@ -792,6 +799,10 @@ def import_image(
     log = archive.path.with_name("import.log")
     log.write_text("")
     fix = f"check that containerd is running and listening on {address}"
+    ctr_images = [str(ctr), "--address", str(address), "-n", namespace, "images", "ls", "-q"]
+    same_build = f'name=={archive.ref},labels."{ARCHIVE_LABEL}"=={archive_id(archive)}'
+    if archive.ref in _run([*ctr_images, same_build], log, "ctr images ls", fix, capture=True).split():
+        return  # this very build is already there; importing 500 MB again would change nothing
     with progress(f"importing {archive.ref} into containerd"):
         _run(import_command(archive, ctr, address, namespace, pin), log, f"ctr import of {archive.ref}", fix)
         listed = _run(

@@ -1,0 +1,154 @@
+"""The plugin's bookkeeping on a real cluster: outcomes, metrics, diagnostics, cleanup, interrupts.
+
+Each test runs a small suite of its own (written to a temporary folder) through pytest with
+the plugin, against the session's local cluster, and reads back what the run wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from conformance.plugin import RUN_LABEL
+from conformance.providers.base import Cluster
+
+SUITE = """
+import pytest
+from kubernetes import client
+from conformance.kube.wait import WaitTimeout, wait_for
+
+pytestmark = pytest.mark.area("raycluster")
+
+
+def test_passes(metrics):
+    metrics["answer_s"] = 4.2
+
+
+def test_fails(api, namespace):
+    client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": "evidence"}})
+    assert 1 + 1 == 3, "the system under test misbehaved"
+
+
+@pytest.mark.kuberay_issue(1141)
+def test_errors(namespace):
+    raise WaitTimeout("a precondition", 1, "never seen")
+
+
+@pytest.mark.requires("gate:RayCronJob")
+def test_not_applicable():
+    raise AssertionError("must not run")
+"""
+
+HANGS = """
+import pytest
+from kubernetes import client
+from conformance.kube.wait import wait_for
+
+pytestmark = pytest.mark.area("rayjob")
+
+
+def test_waits_forever(api, namespace):
+    core = client.CoreV1Api(api)
+    wait_for(core.list_namespaced_config_map, lambda cm: cm.metadata.name == "never",
+             what="a config map that never comes", timeout=600, namespace=namespace)
+"""
+
+
+def _pytest(suite_dir: Path, run_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(suite_dir),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--conformance-provider",
+        "local",
+        "--conformance-run-dir",
+        str(run_dir),
+    ]
+
+
+def _write_suite(tmp_path: Path, text: str) -> Path:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_selfcheck.py").write_text(text)
+    return suite
+
+
+def _run_namespaces(cluster: Cluster, run_id: str) -> list[str]:
+    core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
+    return [
+        ns.metadata.name
+        for ns in core.list_namespace(label_selector=f"{RUN_LABEL}={run_id}").items
+        if ns.status.phase != "Terminating"
+    ]
+
+
+def test_outcomes_metrics_and_diagnostics_are_recorded(local_cluster: Cluster, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [*_pytest(_write_suite(tmp_path, SUITE), run_dir), "--conformance-keep-failed"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    by_name = {t["id"].rsplit("::", 1)[-1]: t for t in summary["tests"]}
+    assert by_name["test_passes"]["outcome"] == "passed", done.stdout[-2000:]
+    assert by_name["test_passes"]["metrics"] == {"answer_s": 4.2}
+    assert by_name["test_fails"]["outcome"] == "failed"
+    assert "the system under test misbehaved" in by_name["test_fails"]["reason"]
+    assert by_name["test_errors"]["outcome"] == "error"
+    assert by_name["test_errors"]["issues"] == ["kuberay#1141"]
+    assert by_name["test_not_applicable"]["outcome"] == "not_applicable"
+    assert by_name["test_not_applicable"]["reason"] == "feature gate RayCronJob is off in the operator"
+    assert summary["verdict"] == "not conformant"
+    bundle = next((run_dir / "diagnostics").glob("*test-fails*"))
+    assert (bundle / "events.txt").exists()
+    assert (bundle / "ray-resources.yaml").exists()
+    operator_logs = list((bundle / "operator").glob("*.log"))
+    assert operator_logs and operator_logs[0].stat().st_size > 0
+    assert (next((run_dir / "diagnostics").glob("*test-errors*")) / "events.txt").exists()
+    # --keep-failed: the namespaces of the failed and the errored check stay for inspection.
+    kept = _run_namespaces(local_cluster, run_dir.name)
+    assert sorted(name.rsplit("-", 1)[0] for name in kept) == ["krc-test-errors", "krc-test-fails"]
+    core = client.CoreV1Api(config.new_client_from_config(str(local_cluster.kubeconfig)))
+    assert core.read_namespaced_config_map("evidence", next(n for n in kept if "fails" in n))
+    for name in kept:
+        core.delete_namespace(name)
+
+
+def test_sigterm_mid_check_still_writes_an_incomplete_summary_and_cleans_up(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run = subprocess.Popen(
+        _pytest(_write_suite(tmp_path, HANGS), run_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert run.stdout is not None
+    for line in run.stdout:
+        if "waiting for a config map that never comes" in line:
+            break
+    else:
+        pytest.fail("the check never started waiting")
+    run.send_signal(signal.SIGTERM)
+    output = run.stdout.read()
+    assert run.wait(timeout=300) != 0, output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["complete"] is False
+    assert summary["verdict"] == "incomplete"
+    assert _run_namespaces(local_cluster, run_dir.name) == []
+    assert os.path.islink(run_dir.parent / "latest")
