@@ -279,7 +279,7 @@ class ConformanceRun:
                 if self.options.keep_failed and kept:
                     continue
                 core.delete_namespace(ns.metadata.name)
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort after an interrupt; the cluster may be gone
             return
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -33,7 +33,7 @@ def collect(
     def save(name: str, read: Callable[[], str]) -> None:
         try:
             text = read()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a bundle records what failed and goes on
             text = f"could not collect: {type(exc).__name__}: {exc}"
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +78,7 @@ def _save_logs(
 def _pods(core: client.CoreV1Api, namespace: str) -> list[client.V1Pod]:
     try:
         return core.list_namespaced_pod(namespace).items
-    except Exception:
+    except Exception:  # noqa: BLE001 - no pods readable means none to collect
         return []
 
 

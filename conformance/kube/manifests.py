@@ -14,7 +14,7 @@ _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(MANIFESTS)),
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
-    autoescape=False,
+    autoescape=False,  # YAML, not HTML: escaping would corrupt values
 )
 
 

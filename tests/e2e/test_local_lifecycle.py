@@ -83,3 +83,32 @@ def test_unknown_provider_is_a_usage_error() -> None:
     done = _cli("cluster", "up", "--provider", "nope")
     assert done.returncode == 3
     assert "nope" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_simulated_gpu_count_follows_the_setting(
+    local_provider: LocalProvider, local_cluster: Cluster
+) -> None:
+    kubectl = [*local_provider.env()["PATH"].split(":")[:1]]
+    query = [
+        f"{kubectl[0]}/kubectl",
+        "--kubeconfig",
+        str(local_cluster.kubeconfig),
+        "get",
+        "node",
+        "krc-node",
+        "-o",
+        "jsonpath={.status.allocatable.nvidia\\.com/gpu}",
+    ]
+    try:
+        assert _cli("cluster", "up", env={"KRC_SIMULATED_GPUS": "3"}).returncode == 0
+        assert subprocess.run(query, capture_output=True, text=True, check=True).stdout == "3"
+    finally:
+        assert _cli("cluster", "up", env={"KRC_SIMULATED_GPUS": "2"}).returncode == 0
+    assert subprocess.run(query, capture_output=True, text=True, check=True).stdout == "2"
+
+
+def test_a_bad_gpu_count_is_a_one_line_usage_error() -> None:
+    done = _cli("cluster", "up", env={"KRC_SIMULATED_GPUS": "two"})
+    assert done.returncode == 3
+    assert "KRC_SIMULATED_GPUS='two' is not a whole number" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client, config, dynamic, watch
 from kubernetes.client.exceptions import ApiException
 
-from conformance.errors import ProvisioningError
+from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.wait import wait_for
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
@@ -69,7 +69,7 @@ class LocalSettings:
     def from_env(cls) -> LocalSettings:
         gpus = os.environ.get("KRC_SIMULATED_GPUS", str(DEFAULT_SIMULATED_GPUS))
         if not gpus.isdigit():
-            raise ProvisioningError(
+            raise UsageError(
                 f"KRC_SIMULATED_GPUS={gpus!r} is not a whole number", "set it to 0 or more, e.g. 2"
             )
         return cls(simulated_gpus=int(gpus))
@@ -86,7 +86,7 @@ class LocalProvider:
     ) -> None:
         self.state = state or StateLayout.default()
         self.net = net or Network()
-        self.settings = settings or LocalSettings()
+        self.settings = settings or LocalSettings.from_env()
         self.cache = cache_dir()
         self.supervisor = Supervisor(self.state.pids, CGROUP_NAME)
         self.journal = HostJournal(self.state.journal)
@@ -381,7 +381,7 @@ class LocalProvider:
     def _node_status(self) -> ComponentStatus:
         try:
             node = client.CoreV1Api(self._api()).read_node(components.NODE_NAME, _request_timeout=5)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", which status reports
             return ComponentStatus(
                 f"node/{components.NODE_NAME}", False, f"unreachable: {type(exc).__name__}"
             )

@@ -1,0 +1,323 @@
+"""Area rayjob: the RayJob lifecycle, submission modes, failures, validation and cleanup.
+
+Every check runs its own RayJob in its own namespace. Entrypoints are small Python
+programs, so the time measured is KubeRay's (cluster up, submission, cleanup), not Ray's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from conformance.kube.manifests import render
+from conformance.kube.ray import Ray
+from conformance.kube.wait import behaviour, holds_for, wait_gone
+from conformance.timeouts import Timeouts
+
+pytestmark = pytest.mark.area("rayjob")
+
+FINISHED = ("Complete", "Failed", "ValidationFailed")
+SUCCEEDS = "python -c \"import time; time.sleep(4); print('rayjob-output-ok')\""
+FAILS = "python -c \"import sys; print('failing on purpose'); sys.exit(3)\""
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("status", {})
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    status = _status(obj)
+    return f"{status.get('jobDeploymentStatus')}/{status.get('jobStatus')}"
+
+
+def _job(values: dict[str, Any], name: str, entrypoint: str = SUCCEEDS, **spec: Any) -> dict[str, Any]:
+    body = render("ray/rayjob.yaml", **{**values, "name": name, "entrypoint": entrypoint})
+    body["spec"].update(spec)
+    return body
+
+
+def _workers(values: dict[str, Any], replicas: int = 1) -> list[dict[str, Any]]:
+    group = {
+        "groupName": "small",
+        "replicas": replicas,
+        "minReplicas": replicas,
+        "maxReplicas": replicas,
+        "rayStartParams": {},
+        "template": {"spec": {"containers": [{
+            "name": "ray-worker", "image": values["image"], "imagePullPolicy": values["pull_policy"],
+            "resources": values["worker_resources"]}]}},
+    }  # fmt: skip
+    return [group]
+
+
+class Tracker:
+    """Follows one RayJob and remembers every deployment status it passed through."""
+
+    def __init__(self, ray: Ray, name: str) -> None:
+        self.ray, self.name = ray, name
+        self.seen: list[str] = []
+
+    def _note(self, obj: dict[str, Any]) -> None:
+        state = _status(obj).get("jobDeploymentStatus")
+        if state and (not self.seen or self.seen[-1] != state):
+            self.seen.append(state)
+
+    def until(self, predicate: Any, what: str, timeout: float) -> dict[str, Any]:
+        def observe(obj: dict[str, Any]) -> bool:
+            self._note(obj)
+            return predicate(obj)
+
+        return self.ray.wait("rayjobs", self.name, observe, what=what, timeout=timeout, describe=_describe)
+
+    def finished(self, timeout: float) -> dict[str, Any]:
+        return self.until(
+            lambda o: _status(o).get("jobDeploymentStatus") in FINISHED,
+            f"RayJob {self.name} to finish",
+            timeout,
+        )
+
+
+def _completed(job: Tracker, timeouts: Timeouts) -> dict[str, Any]:
+    """Wait for the job's end; a precondition of the cleanup checks, so any other end is an error."""
+    final = job.finished(_job_timeout(timeouts))
+    state = _status(final).get("jobDeploymentStatus")
+    if state != "Complete":
+        raise RuntimeError(f"RayJob {job.name} ended {state}, not Complete: {_status(final).get('message')}")
+    return final
+
+
+def _start(ray: Ray, body: dict[str, Any]) -> Tracker:
+    ray.create("rayjobs", body)
+    return Tracker(ray, body["metadata"]["name"])
+
+
+def _job_timeout(timeouts: Timeouts) -> float:
+    return timeouts.ready + timeouts.apply
+
+
+# -- the happy path, per submission mode ------------------------------------------------
+
+
+@pytest.mark.kuberay_issue(1990, 1991, 4178)
+@pytest.mark.parametrize("mode", ["K8sJobMode", "HTTPMode", "SidecarMode"])
+def test_job_moves_initializing_running_complete(
+    mode: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    started = time.monotonic()
+    job = _start(ray, _job(cluster_values, "happy", submissionMode=mode))
+    with behaviour(f"a {mode} RayJob completes"):
+        final = job.finished(_job_timeout(timeouts))
+    metrics["job_complete_s"] = round(time.monotonic() - started, 2)
+    status = _status(final)
+    assert status["jobDeploymentStatus"] == "Complete", f"{status} (passed through {job.seen})"
+    assert status["jobStatus"] == "SUCCEEDED", status
+    assert status.get("startTime") and status.get("endTime"), status
+    assert job.seen[0] == "Initializing" and "Running" in job.seen, f"deployment statuses: {job.seen}"
+    assert "rayjob-output-ok" in _job_logs(ray, final, mode)
+
+
+def _job_logs(ray: Ray, job: dict[str, Any], mode: str) -> str:
+    """The job's output where each mode keeps it: submitter pod, sidecar, or Ray's job log."""
+    name = job["metadata"]["name"]
+    if mode == "K8sJobMode":
+        pods = ray.core.list_namespaced_pod(ray.namespace, label_selector=f"job-name={name}").items
+        return "".join(ray.core.read_namespaced_pod_log(p.metadata.name, ray.namespace) for p in pods)
+    head = ray.head_pod(_status(job)["rayClusterName"])
+    if mode == "SidecarMode":
+        sidecar = next(c.name for c in head.spec.containers if "submitter" in c.name)
+        return ray.core.read_namespaced_pod_log(head.metadata.name, ray.namespace, container=sidecar)
+    return ray.exec(head, ["ray", "job", "logs", _status(job)["jobId"]])
+
+
+# -- failures ---------------------------------------------------------------------------
+
+
+def test_failing_entrypoint_ends_failed_with_app_failed(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    job = _start(ray, _job(cluster_values, "app-fails", FAILS))
+    final = job.finished(_job_timeout(timeouts))
+    status = _status(final)
+    assert status["jobDeploymentStatus"] == "Failed", status
+    assert status["jobStatus"] == "FAILED", status
+    assert status.get("reason") == "AppFailed", status
+
+
+def test_failing_submitter_ends_failed_with_submission_failed(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    submitter = {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "ray-job-submitter", "image": cluster_values["image"],
+        "imagePullPolicy": cluster_values["pull_policy"],
+        "command": ["bash", "-c", "echo submitter refuses; exit 1"]}]}}  # fmt: skip
+    job = _start(ray, _job(cluster_values, "submit-fails", submitterPodTemplate=submitter))
+    final = job.finished(_job_timeout(timeouts) + timeouts.cleanup)
+    status = _status(final)
+    assert status["jobDeploymentStatus"] == "Failed", status
+    assert status.get("reason") == "SubmissionFailed", status
+
+
+# -- cleanup ----------------------------------------------------------------------------
+
+
+@pytest.mark.kuberay_issue(1023, 1944, 3714)
+def test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_keeps_the_submitter(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    ttl = 10
+    job = _start(ray, _job(cluster_values, "ttl", shutdownAfterJobFinishes=True, ttlSecondsAfterFinished=ttl))
+    final = _completed(job, timeouts)
+    finished_at = time.monotonic()
+    cluster = _status(final)["rayClusterName"]
+    with behaviour("the RayCluster is deleted after ttlSecondsAfterFinished"):
+        wait_gone(
+            ray.list_fn("rayclusters"),
+            what=f"RayCluster {cluster}",
+            timeout=ttl + timeouts.cleanup,
+            field_selector=f"metadata.name={cluster}",
+        )
+    waited = time.monotonic() - finished_at
+    metrics["cleanup_after_end_s"] = round(waited, 2)
+    # Measured from when we saw Complete, which is at or after the job's end: a lower bound.
+    assert waited >= ttl - 1, f"the cluster was deleted {waited:.1f}s after the end, before the {ttl}s TTL"
+    submitter = ray.core.list_namespaced_pod(ray.namespace, label_selector="job-name=ttl").items
+    assert submitter, "the submitter Job's pod was removed with the cluster"
+    assert "rayjob-output-ok" in ray.core.read_namespaced_pod_log(submitter[0].metadata.name, ray.namespace)
+
+
+def _rule(policy: str, ttl: int, job_status: str = "SUCCEEDED") -> dict[str, Any]:
+    return {"policy": policy, "condition": {"jobStatus": job_status, "ttlSeconds": ttl}}
+
+
+def test_deletion_rules_act_in_ttl_order(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    values = {**cluster_values}
+    body = _job(values, "rules", deletionStrategy={"deletionRules": [
+        _rule("DeleteWorkers", 0), _rule("DeleteCluster", 10), _rule("DeleteSelf", 20)]})  # fmt: skip
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = _workers(values)
+    job = _start(ray, body)
+    final = _completed(job, timeouts)
+    cluster = _status(final)["rayClusterName"]
+    started = time.monotonic()
+    with behaviour("deletion rules act in TTL order"):
+        wait_gone(
+            ray.core.list_namespaced_pod,
+            what="the workers",
+            timeout=timeouts.cleanup,
+            namespace=ray.namespace,
+            label_selector=f"ray.io/cluster={cluster},ray.io/node-type=worker",
+        )
+        metrics["workers_deleted_s"] = round(time.monotonic() - started, 2)
+        assert ray.head_pod(cluster).metadata.deletion_timestamp is None, "the head went with the workers"
+        wait_gone(
+            ray.list_fn("rayclusters"),
+            what=f"RayCluster {cluster}",
+            timeout=timeouts.cleanup + 10,
+            field_selector=f"metadata.name={cluster}",
+        )
+        metrics["cluster_deleted_s"] = round(time.monotonic() - started, 2)
+        assert ray.list_fn("rayjobs")(field_selector="metadata.name=rules")["items"], "the RayJob went first"
+        wait_gone(
+            ray.list_fn("rayjobs"),
+            what="RayJob rules",
+            timeout=timeouts.cleanup + 20,
+            field_selector="metadata.name=rules",
+        )
+        metrics["rayjob_deleted_s"] = round(time.monotonic() - started, 2)
+    assert metrics["workers_deleted_s"] <= metrics["cluster_deleted_s"] <= metrics["rayjob_deleted_s"]
+    assert metrics["cluster_deleted_s"] >= 9, "DeleteCluster acted before its 10s TTL"
+
+
+def _cluster_stays(ray: Ray, cluster: str, timeouts: Timeouts) -> str:
+    """Watch the job's cluster for the apply timeout; "" if it was never marked for deletion."""
+    return holds_for(
+        ray.list_fn("rayclusters"),
+        lambda o: o["metadata"].get("deletionTimestamp") is None,
+        what=f"RayCluster {cluster} stays",
+        duration=timeouts.apply,
+        field_selector=f"metadata.name={cluster}",
+    )
+
+
+def test_delete_none_deletes_nothing(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts) -> None:
+    job = _start(
+        ray, _job(cluster_values, "keep", deletionStrategy={"deletionRules": [_rule("DeleteNone", 0)]})
+    )
+    final = _completed(job, timeouts)
+    broken = _cluster_stays(ray, _status(final)["rayClusterName"], timeouts)
+    assert not broken, f"DeleteNone: {broken}"
+
+
+def test_rules_act_only_on_their_outcome(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    rules = [_rule("DeleteCluster", 0, "SUCCEEDED"), _rule("DeleteNone", 0, "FAILED")]
+    job = _start(ray, _job(cluster_values, "on-failure", FAILS, deletionStrategy={"deletionRules": rules}))
+    final = job.finished(_job_timeout(timeouts))
+    assert _status(final)["jobStatus"] == "FAILED", _status(final)
+    broken = _cluster_stays(ray, _status(final)["rayClusterName"], timeouts)
+    assert not broken, f"the SUCCEEDED rule acted on a FAILED job: {broken}"
+
+
+def test_legacy_on_success_policy_still_works(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    # 1.6 refuses shutdownAfterJobFinishes with a DeleteNone policy, so both outcomes delete the cluster.
+    strategy = {"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteCluster"}}
+    job = _start(
+        ray, _job(cluster_values, "legacy", shutdownAfterJobFinishes=True, deletionStrategy=strategy)
+    )
+    final = _completed(job, timeouts)
+    cluster = _status(final)["rayClusterName"]
+    with behaviour("onSuccess DeleteCluster deletes the cluster"):
+        wait_gone(
+            ray.list_fn("rayclusters"),
+            what=f"RayCluster {cluster}",
+            timeout=timeouts.cleanup,
+            field_selector=f"metadata.name={cluster}",
+        )
+    assert ray.list_fn("rayjobs")(field_selector="metadata.name=legacy")["items"], "the RayJob itself went"
+
+
+# -- validation -------------------------------------------------------------------------
+
+
+def _validation_cases(values: dict[str, Any]) -> dict[str, tuple[dict[str, Any], str]]:
+    rules = {"deletionRules": [_rule("DeleteCluster", 0)]}
+    return {
+        "rules_with_shutdown": (
+            {"shutdownAfterJobFinishes": True, "deletionStrategy": rules}, "mutually exclusive"),
+        "ttls_out_of_order": (
+            {"deletionStrategy": {"deletionRules": [_rule("DeleteCluster", 5), _rule("DeleteWorkers", 10)]}},
+            "TTL"),
+        "delete_workers_with_autoscaling": (
+            {"deletionStrategy": {"deletionRules": [_rule("DeleteWorkers", 0)]}}, "autoscaling"),
+        "delete_cluster_with_cluster_selector": (
+            {"clusterSelector": {"ray.io/cluster": "elsewhere"}, "rayClusterSpec": None,
+             "deletionStrategy": rules},
+            "ClusterSelector"),
+        "ttl_without_shutdown": ({"ttlSecondsAfterFinished": 30}, "shutdownAfterJobFinishes"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", [
+    "rules_with_shutdown", "ttls_out_of_order", "delete_workers_with_autoscaling",
+    "delete_cluster_with_cluster_selector", "ttl_without_shutdown"])  # fmt: skip
+def test_invalid_spec_ends_in_validation_failed_with_a_message(
+    case: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    spec, words = _validation_cases(cluster_values)[case]
+    body = _job(cluster_values, "invalid", **spec)
+    if spec.get("rayClusterSpec", "") is None:
+        del body["spec"]["rayClusterSpec"]
+    if case == "delete_workers_with_autoscaling":
+        body["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    job = _start(ray, body)
+    final = job.finished(timeouts.apply)
+    status = _status(final)
+    assert status["jobDeploymentStatus"] == "ValidationFailed", status
+    assert words.lower() in (status.get("message") or "").lower(), status
+    assert not ray.list_fn("rayclusters")()["items"], "an invalid RayJob still made a cluster"
