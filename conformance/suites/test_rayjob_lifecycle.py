@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
@@ -321,3 +322,159 @@ def test_invalid_spec_ends_in_validation_failed_with_a_message(
     assert status["jobDeploymentStatus"] == "ValidationFailed", status
     assert words.lower() in (status.get("message") or "").lower(), status
     assert not ray.list_fn("rayclusters")()["items"], "an invalid RayJob still made a cluster"
+
+
+# -- retries and deadlines --------------------------------------------------------------
+
+
+def test_backoff_limit_retries_with_a_new_cluster_each_time(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    job = _start(ray, _job(cluster_values, "retries", FAILS, backoffLimit=2))
+    clusters: set[str] = set()
+
+    def failed_for_good(obj: dict[str, Any]) -> bool:
+        status = _status(obj)
+        if status.get("rayClusterName"):
+            clusters.add(status["rayClusterName"])
+        return status.get("jobDeploymentStatus") == "Failed" and (status.get("failed") or 0) >= 3
+
+    started = time.monotonic()
+    with behaviour("backoffLimit 2 retries a failing job twice, then it fails"):
+        final = job.until(failed_for_good, "RayJob retries to fail three times", 3 * _job_timeout(timeouts))
+    metrics["job_failed_s"] = round(time.monotonic() - started, 2)
+    assert "Retrying" in job.seen, f"never Retrying: {job.seen}"
+    assert _status(final)["failed"] == 3, _status(final)
+    assert len(clusters) == 3, f"clusters used: {sorted(clusters)}"
+
+
+def test_active_deadline_ends_in_deadline_exceeded_and_is_not_retried(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    sleeps = 'python -c "import time; time.sleep(600)"'
+    job = _start(ray, _job(cluster_values, "deadline", sleeps, activeDeadlineSeconds=40, backoffLimit=2))
+    final = job.finished(_job_timeout(timeouts) + 40)
+    status = _status(final)
+    assert status["jobDeploymentStatus"] == "Failed", status
+    assert status.get("reason") == "DeadlineExceeded", status
+    assert "Retrying" not in job.seen, f"a DeadlineExceeded job was retried: {job.seen}"
+
+
+def test_pre_running_deadline_fails_a_job_whose_cluster_cannot_start(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    body = _job(cluster_values, "never-runs", preRunningDeadlineSeconds=20)
+    head = body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["resources"] = {"requests": {"cpu": "64"}, "limits": {"cpu": "64"}}  # no node has that much
+    job = _start(ray, body)
+    final = job.finished(timeouts.ready)
+    status = _status(final)
+    assert status["jobDeploymentStatus"] == "Failed", status
+    assert status.get("reason") == "PreRunningDeadlineExceeded", status
+
+
+# -- existing clusters, suspension, deletion ---------------------------------------------
+
+
+def test_cluster_selector_runs_on_an_existing_cluster_and_never_deletes_it(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    ray.create(
+        "rayclusters",
+        render("ray/raycluster.yaml", **{**cluster_values, "name": "shared", "head_num_cpus": 1}),
+    )
+    ray.wait_cluster_ready("shared", timeouts.ready)
+    body = _job(cluster_values, "guest", clusterSelector={"ray.io/cluster": "shared"})
+    del body["spec"]["rayClusterSpec"]
+    job = _start(ray, body)
+    final = _completed(job, timeouts)
+    assert _status(final)["rayClusterName"] == "shared", _status(final)
+    ray.delete("rayjobs", "guest")
+    wait_gone(
+        ray.list_fn("rayjobs"),
+        what="RayJob guest",
+        timeout=timeouts.cleanup,
+        field_selector="metadata.name=guest",
+    )
+    broken = _cluster_stays(ray, "shared", timeouts)
+    assert not broken, f"the selected cluster did not stay: {broken}"
+
+
+def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    body = _job(
+        cluster_values,
+        "pausable",
+        "python -c \"import time; time.sleep(30); print('rayjob-output-ok')\"",
+        shutdownAfterJobFinishes=True,
+    )
+    job = _start(ray, body)
+    running = job.until(
+        lambda o: _status(o).get("jobDeploymentStatus") == "Running",
+        "RayJob pausable to run",
+        _job_timeout(timeouts),
+    )
+    first_cluster = _status(running)["rayClusterName"]
+    ray.patch("rayjobs", "pausable", {"spec": {"suspend": True}})
+    with behaviour("suspend deletes the cluster and the submitter and reaches Suspended"):
+        job.until(
+            lambda o: _status(o).get("jobDeploymentStatus") == "Suspended",
+            "RayJob pausable to be suspended",
+            timeouts.cleanup,
+        )
+        wait_gone(
+            ray.list_fn("rayclusters"),
+            what=f"RayCluster {first_cluster}",
+            timeout=timeouts.cleanup,
+            field_selector=f"metadata.name={first_cluster}",
+        )
+        wait_gone(
+            client.BatchV1Api(ray.api).list_namespaced_job,
+            what="the submitter Job",
+            timeout=timeouts.cleanup,
+            namespace=ray.namespace,
+            field_selector="metadata.name=pausable",
+        )
+    started = time.monotonic()
+    ray.patch("rayjobs", "pausable", {"spec": {"suspend": False}})
+    with behaviour("a resumed RayJob runs to completion"):
+        final = _completed(job, timeouts)
+    metrics["job_complete_after_resume_s"] = round(time.monotonic() - started, 2)
+    assert _status(final)["jobStatus"] == "SUCCEEDED"
+
+
+def test_deleting_a_running_job_removes_its_cluster_and_submitter(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    job = _start(ray, _job(cluster_values, "doomed", 'python -c "import time; time.sleep(600)"'))
+    running = job.until(
+        lambda o: _status(o).get("jobDeploymentStatus") == "Running",
+        "RayJob doomed to run",
+        _job_timeout(timeouts),
+    )
+    cluster = _status(running)["rayClusterName"]
+    started = time.monotonic()
+    ray.delete("rayjobs", "doomed")
+    with behaviour("deleting a running RayJob removes its children"):
+        wait_gone(
+            ray.list_fn("rayclusters"),
+            what=f"RayCluster {cluster}",
+            timeout=timeouts.cleanup,
+            field_selector=f"metadata.name={cluster}",
+        )
+        wait_gone(
+            client.BatchV1Api(ray.api).list_namespaced_job,
+            what="the submitter Job",
+            timeout=timeouts.cleanup,
+            namespace=ray.namespace,
+            field_selector="metadata.name=doomed",
+        )
+        wait_gone(
+            ray.core.list_namespaced_pod,
+            what="its pods",
+            timeout=timeouts.cleanup,
+            namespace=ray.namespace,
+            label_selector=f"ray.io/cluster={cluster}",
+        )
+    metrics["cleanup_s"] = round(time.monotonic() - started, 2)
