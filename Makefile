@@ -20,8 +20,9 @@ help:
 	@echo "make unit           unit tests only (no cluster, no root)"
 	@echo "make cluster-up     bring the local cluster up (builds what is missing)"
 	@echo "make cluster-down   stop it and undo every host change"
+	@echo "make cluster-status each component and the node"
 	@echo "make lint           ruff"
-	@echo "make bench          record the local provider's figures in benchmarks/README.md"
+	@echo "make bench          record the figures in benchmarks/README.md (local provider, main job)"
 
 # Debian packages the local provider uses (runc, CNI plugins, iptables, image tooling).
 host-deps:

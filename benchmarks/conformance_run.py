@@ -82,7 +82,7 @@ def render(result: dict) -> str:
         for check, values in result["checks"].items()
     )
     versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
-    return f"""## Conformance run (`make conformance`, warm machine)
+    return f"""## Conformance run (`make conformance`, warm caches)
 
 Measured {result["date"]} on {result["machine"]} by `benchmarks/conformance_run.py`; {versions}.
 Verdict: {result["verdict"]} (exit {result["exit_code"]}).
@@ -90,7 +90,7 @@ Verdict: {result["verdict"]} (exit {result["exit_code"]}).
 | figure | value |
 |---|---|
 | wall time of the run | {result["wall_s"]:.0f} s |
-| of which preparing (operator install, Ray image import) | {result["prepare_s"]} s |
+| of which preparing (cluster up or reuse, operator install, Ray image import) | {result["prepare_s"]} s |
 
 Time per area (sum of its checks' durations, seconds):
 

@@ -7,7 +7,6 @@ Exit codes: 0 conformant (or the command succeeded), 1 conformance failures,
 from __future__ import annotations
 
 import shlex
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,25 +15,13 @@ from typing import NoReturn
 import click
 import pytest
 
-from conformance import profiles
+from conformance import interrupts, profiles
 from conformance.environment import Environment, RunOptions
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError
 from conformance.providers import PROVIDERS, get_provider
 from conformance.report import summary
 from conformance.report.summary import AREAS, new_run_id
 from conformance.timeouts import Timeouts
-
-
-class Interrupted(BaseException):
-    """SIGTERM, turned into an exception so that `finally` and cleanup blocks run."""
-
-
-def _raise_interrupted(signum: int, _frame: object) -> NoReturn:
-    raise Interrupted(signal.Signals(signum).name)
-
-
-def install_signal_handlers() -> None:
-    signal.signal(signal.SIGTERM, _raise_interrupted)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -44,12 +31,12 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def guarded(action: Callable[[], int | None]) -> None:
     """Run a command, turning harness errors and interrupts into a one-line message and exit code."""
-    install_signal_handlers()
+    interrupts.install()
     try:
         code = action()
     except HarnessError as exc:
         _fail(exc.one_line(), exc.exit_code)
-    except (KeyboardInterrupt, Interrupted) as exc:
+    except (KeyboardInterrupt, interrupts.Interrupted) as exc:
         _fail(f"interrupted ({exc or 'SIGINT'}); what this command created was cleaned up", EXIT_ENVIRONMENT)
     sys.exit(code or 0)
 

@@ -400,6 +400,23 @@ def test_cluster_selector_runs_on_an_existing_cluster_and_never_deletes_it(
     assert not broken, f"the selected cluster did not stay: {broken}"
 
 
+def _wait_children_gone(ray: Ray, cluster: str, job_name: str, timeouts: Timeouts) -> None:
+    """The job's RayCluster and its submitter Job are both deleted."""
+    wait_gone(
+        ray.list_fn("rayclusters"),
+        what=f"RayCluster {cluster}",
+        timeout=timeouts.cleanup,
+        field_selector=f"metadata.name={cluster}",
+    )
+    wait_gone(
+        client.BatchV1Api(ray.api).list_namespaced_job,
+        what="the submitter Job",
+        timeout=timeouts.cleanup,
+        namespace=ray.namespace,
+        field_selector=f"metadata.name={job_name}",
+    )
+
+
 def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
@@ -423,19 +440,7 @@ def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
             "RayJob pausable to be suspended",
             timeouts.cleanup,
         )
-        wait_gone(
-            ray.list_fn("rayclusters"),
-            what=f"RayCluster {first_cluster}",
-            timeout=timeouts.cleanup,
-            field_selector=f"metadata.name={first_cluster}",
-        )
-        wait_gone(
-            client.BatchV1Api(ray.api).list_namespaced_job,
-            what="the submitter Job",
-            timeout=timeouts.cleanup,
-            namespace=ray.namespace,
-            field_selector="metadata.name=pausable",
-        )
+        _wait_children_gone(ray, first_cluster, "pausable", timeouts)
     started = time.monotonic()
     ray.patch("rayjobs", "pausable", {"spec": {"suspend": False}})
     with behaviour("a resumed RayJob runs to completion"):
@@ -457,19 +462,7 @@ def test_deleting_a_running_job_removes_its_cluster_and_submitter(
     started = time.monotonic()
     ray.delete("rayjobs", "doomed")
     with behaviour("deleting a running RayJob removes its children"):
-        wait_gone(
-            ray.list_fn("rayclusters"),
-            what=f"RayCluster {cluster}",
-            timeout=timeouts.cleanup,
-            field_selector=f"metadata.name={cluster}",
-        )
-        wait_gone(
-            client.BatchV1Api(ray.api).list_namespaced_job,
-            what="the submitter Job",
-            timeout=timeouts.cleanup,
-            namespace=ray.namespace,
-            field_selector="metadata.name=doomed",
-        )
+        _wait_children_gone(ray, cluster, "doomed", timeouts)
         wait_gone(
             ray.core.list_namespaced_pod,
             what="its pods",

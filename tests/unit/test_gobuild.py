@@ -1,5 +1,5 @@
 from conformance.providers.local import pins
-from conformance.providers.local.gobuild import build_module, carried_replaces
+from conformance.providers.local.gobuild import build_module, carried_replaces, older_candidates
 
 KUBERNETES_GOMOD = """module k8s.io/kubernetes
 
@@ -70,3 +70,11 @@ def test_module_roots_get_meaningful_binary_names() -> None:
     assert pins.TOOLS["etcd"].binaries == ("etcd",)
     assert pins.TOOLS["kuberay"].binaries == ("kuberay-operator",)
     assert pins.TOOLS["coredns"].binaries == ("coredns",)
+
+
+def test_fallback_candidates_are_older_releases_newest_first_including_unlisted_ones() -> None:
+    candidates = older_candidates("v1.7.0", ["v1.4.0", "v1.5.0", "v1.8.0", "v1.7.0-rc.1"])
+    assert candidates[:3] == ["v1.6.5", "v1.6.4", "v1.6.3"]
+    assert "v1.6.2" in candidates and "v1.5.0" in candidates and "v1.4.0" in candidates
+    assert all(c.startswith(("v1.6.", "v1.5.", "v1.4.")) for c in candidates)
+    assert "v1.8.0" not in candidates and "v1.7.0-rc.1" not in candidates

@@ -221,19 +221,22 @@ def resolve(tool: GoTool, cache_dir: Path) -> GoTool:
 
 
 def _older_releases(tool: GoTool, env: dict[str, str], workdir: Path) -> list[str]:
-    """Older releases, newest first: the proxy's list plus nearby versions it may not list
-    (its list can lag behind the tags it serves)."""
     try:
         listed = _run_go(["list", "-m", "-versions", tool.module], workdir, env).split()[1:]
     except subprocess.CalledProcessError:
         listed = []
-    major, minor, patch = _semver(tool.version)
+    return older_candidates(tool.version, listed)
+
+
+def older_candidates(pinned: str, listed: list[str]) -> list[str]:
+    """Releases older than `pinned`, newest first: the proxy's list plus nearby versions it may
+    not list (its list can lag behind the tags it serves)."""
+    major, minor, patch = _semver(pinned)
     nearby = [f"v{major}.{minor}.{p}" for p in range(patch - 1, -1, -1)]
     nearby += [
         f"v{major}.{m}.{p}" for m in range(minor - 1, max(minor - 3, -1), -1) for p in range(5, -1, -1)
     ]
-    pinned = _semver(tool.version)
-    releases = {v for v in [*listed, *nearby] if "-" not in v and _semver(v) < pinned}
+    releases = {v for v in [*listed, *nearby] if "-" not in v and _semver(v) < _semver(pinned)}
     return sorted(releases, key=_semver, reverse=True)
 
 

@@ -24,6 +24,7 @@ import yaml
 from kubernetes import client, config, dynamic, watch
 from kubernetes.client.exceptions import ApiException
 
+from conformance import interrupts
 from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.wait import wait_for
 from conformance.progress import progress
@@ -98,16 +99,15 @@ class LocalProvider:
         network.check_ranges_free(self.net)
         bins = self.ensure_binaries()
         pause = images.pause_image(self.cache)
-        started = time.monotonic()
+        existed = self.state.root.exists() and bool(self.supervisor.records())
         try:
             self._bring_up(bins, pause)
         except BaseException:
-            # A first `up` that fails leaves nothing half-started; a repair of a cluster that
-            # was healthy before keeps what still runs, for `status` and the logs.
-            if not self._was_up_before:
+            # A first `up` that fails (or is interrupted) leaves nothing half-started; a repair
+            # of a cluster that existed before keeps what still runs, for `status` and the logs.
+            if not existed:
                 self.down()
             raise
-        self.bring_up_s = time.monotonic() - started
         return self.cluster()
 
     def down(self) -> list[str]:
@@ -165,10 +165,7 @@ class LocalProvider:
 
     # -- bring-up ------------------------------------------------------------------------
 
-    _was_up_before = False
-
     def _bring_up(self, bins: components.Binaries, pause: images.ImageArchive) -> None:
-        self._was_up_before = self.state.root.exists() and bool(self.supervisor.records())
         for directory in (self.state.root, self.state.logs, self.state.pids):
             directory.mkdir(parents=True, exist_ok=True)
         self._record_kernel_tunables()
@@ -177,6 +174,7 @@ class LocalProvider:
         components.write_configs(self.state, self.net)
         ensure_pod_cgroup_root()
         for component in self._components(bins):
+            interrupts.check()
             self._ensure_running(component)
             if component.name == "kube-apiserver":
                 self._apply_bootstrap_objects()
@@ -269,6 +267,7 @@ class LocalProvider:
     def _wait_healthy(self, component: components.Component, timeout: float, pid: int | None = None) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            interrupts.check()
             if pid is not None and not self.supervisor.running(component.name):
                 raise ProvisioningError(
                     f"{component.name} exited at start ({_tail(self.state.log_for(component.name))})",
