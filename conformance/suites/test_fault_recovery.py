@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
@@ -94,3 +95,104 @@ def test_deleted_head_is_replaced_and_workers_rejoin(
         ray.wait_cluster_ready(cluster, timeouts.ready)
     _until_workers_alive(ray, cluster, 1, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
+
+
+def _rayjob(cluster_values: dict[str, Any], name: str, entrypoint: str, workers: int = 0) -> dict[str, Any]:
+    body = render("ray/rayjob.yaml", **{**cluster_values, "name": name, "entrypoint": entrypoint})
+    if workers:
+        spec = body["spec"]["rayClusterSpec"]
+        spec["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}  # tasks must run on the worker
+        spec["workerGroupSpecs"] = [{
+            "groupName": "small", "replicas": workers, "minReplicas": workers, "maxReplicas": workers,
+            "rayStartParams": {},
+            "template": {"spec": {"containers": [{
+                "name": "ray-worker", "image": cluster_values["image"],
+                "imagePullPolicy": cluster_values["pull_policy"],
+                "resources": cluster_values["worker_resources"]}]}}}]  # fmt: skip
+    return body
+
+
+def _job_state(obj: dict[str, Any]) -> str:
+    return str(obj.get("status", {}).get("jobDeploymentStatus"))
+
+
+def _wait_job_end(ray: Ray, name: str, what: str, timeouts: Timeouts) -> dict[str, Any]:
+    return ray.wait(
+        "rayjobs",
+        name,
+        lambda o: _job_state(o) in ("Complete", "Failed"),
+        what=what,
+        timeout=timeouts.ready + timeouts.apply,
+    )
+
+
+def test_running_job_with_task_retries_completes_despite_a_lost_worker(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    entrypoint = (
+        'python -c "import ray, time; ray.init(); '
+        "f = ray.remote(num_cpus=1, max_retries=5)(lambda: (time.sleep(20), 'task-done')[1]); "
+        'print(ray.get(f.remote()))"'
+    )
+    ray.create("rayjobs", _rayjob(cluster_values, "resilient", entrypoint, workers=1))
+    running = ray.wait(
+        "rayjobs",
+        "resilient",
+        lambda o: _job_state(o) == "Running",
+        what="RayJob resilient to run",
+        timeout=timeouts.ready,
+    )
+    cluster = running["status"]["rayClusterName"]
+    _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    (worker,) = ray.pods(cluster, "worker")
+    started = time.monotonic()
+    ray.core.delete_namespaced_pod(worker.metadata.name, ray.namespace)
+    with behaviour("a job whose tasks may retry completes after losing its worker"):
+        final = _wait_job_end(ray, "resilient", "RayJob resilient to finish", timeouts)
+    metrics["recovery_s"] = round(time.monotonic() - started, 2)
+    assert final["status"]["jobStatus"] == "SUCCEEDED", final["status"]
+
+
+@pytest.mark.kuberay_issue(3903)
+def test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    body = _rayjob(cluster_values, "headless", 'python -c "import time; time.sleep(60)"')
+    ray.create("rayjobs", body)
+    running = ray.wait(
+        "rayjobs",
+        "headless",
+        lambda o: _job_state(o) == "Running",
+        what="RayJob headless to run",
+        timeout=timeouts.ready,
+    )
+    started = time.monotonic()
+    ray.core.delete_namespaced_pod(
+        ray.head_pod(running["status"]["rayClusterName"]).metadata.name, ray.namespace
+    )
+    with behaviour("a RayJob that lost its head is never stuck non-terminal (kuberay#3903)"):
+        final = _wait_job_end(ray, "headless", "RayJob headless to reach a terminal status", timeouts)
+    metrics["recovery_s"] = round(time.monotonic() - started, 2)
+    assert final["status"].get("endTime"), final["status"]
+
+
+def test_operator_killed_while_reconciling_resumes_without_duplicates(
+    conformance: Any, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    operator_ns = conformance.operator_namespace
+    (operator,) = [
+        p for p in ray.core.list_namespaced_pod(operator_ns).items if not p.metadata.deletion_timestamp
+    ]
+    ray.create("rayjobs", _rayjob(cluster_values, "orphaned", "python -c \"print('after-failover')\""))
+    started = time.monotonic()
+    ray.core.delete_namespaced_pod(operator.metadata.name, operator_ns)
+    with behaviour("a new operator leader finishes the RayJob"):
+        final = _wait_job_end(
+            ray, "orphaned", "RayJob orphaned to finish after the operator was killed", timeouts
+        )
+    metrics["recovery_s"] = round(time.monotonic() - started, 2)
+    assert final["status"]["jobStatus"] == "SUCCEEDED", final["status"]
+    clusters = ray.list_fn("rayclusters")()["items"]
+    assert len(clusters) == 1, f"RayClusters after failover: {[c['metadata']['name'] for c in clusters]}"
+    jobs = client.BatchV1Api(ray.api).list_namespaced_job(ray.namespace).items
+    assert [j.metadata.name for j in jobs] == ["orphaned"], "duplicate submitter Jobs after failover"
