@@ -49,7 +49,7 @@ def _until_workers_alive(ray: Ray, cluster: str, count: int, timeout: float) -> 
             seen = -1
         if seen == count:
             return
-        time.sleep(2)
+        time.sleep(2)  # poll-interval: Ray offers no watch on its node table
     raise AssertionError(f"Ray saw {seen} alive workers of {cluster} after {timeout:.0f}s, expected {count}")
 
 

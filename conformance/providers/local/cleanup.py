@@ -55,7 +55,7 @@ def kill_pod_processes(grace: float = 5.0) -> list[str]:
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and _pids_in(_pod_cgroup_dirs()):
-            time.sleep(0.1)
+            time.sleep(0.1)  # poll-interval: waiting for killed PIDs to leave the cgroup
         pids = _pids_in(_pod_cgroup_dirs())
         if not pids:
             return []

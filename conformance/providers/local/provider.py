@@ -275,7 +275,7 @@ class LocalProvider:
                 )
             if self._healthy(component):
                 return True
-            time.sleep(0.25)
+            time.sleep(0.25)  # poll-interval: health endpoints have no watch
         return False
 
     def _healthy(self, component: components.Component) -> bool:

@@ -111,7 +111,7 @@ class Supervisor:
         while time.monotonic() < deadline:
             if not is_running(record):
                 return True
-            time.sleep(0.05)
+            time.sleep(0.05)  # poll-interval: did the program exit right after start?
         return False
 
     def stop(self, name: str, grace: float = 10.0) -> None:
@@ -150,13 +150,13 @@ def _terminate(pids: list[int], grace: float) -> None:
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.1)
+        time.sleep(0.1)  # poll-interval: waiting for SIGTERMed PIDs to exit
     for pid in pids:
         if _alive(pid):
             _signal(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
+        time.sleep(0.05)  # poll-interval: waiting for SIGKILLed PIDs to exit
 
 
 def _alive(pid: int) -> bool:
