@@ -33,6 +33,11 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _run_existing(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
+    """A run through the `existing` provider: the local cluster reached as any cluster would be."""
+    return _run("--provider", "existing", "--kubeconfig", kubeconfig, *args)
+
+
 def test_operator_area_runs_and_writes_summary_junit_and_allure(
     local_cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -76,10 +81,7 @@ def test_existing_provider_attaches_to_a_running_kuberay_and_checks_it(
     Runs after the operator-area run above, which left KubeRay installed.
     """
     run_dir = tmp_path / "attach"
-    done = _run(
-        "--provider",
-        "existing",
-        "--kubeconfig",
+    done = _run_existing(
         str(local_cluster.kubeconfig),
         "--profile",
         "attach",
@@ -98,10 +100,7 @@ def test_existing_provider_attaches_to_a_running_kuberay_and_checks_it(
 def test_existing_provider_refuses_a_profile_that_builds_images_locally(
     local_cluster: Cluster, tmp_path: Path
 ) -> None:
-    done = _run(
-        "--provider",
-        "existing",
-        "--kubeconfig",
+    done = _run_existing(
         str(local_cluster.kubeconfig),
         "--run-dir",
         str(tmp_path / "run"),
@@ -115,10 +114,7 @@ def test_existing_provider_refuses_an_unreachable_cluster(local_cluster: Cluster
     text = local_cluster.kubeconfig.read_text().replace("https://10.213.0.2:6443", "https://127.0.0.1:9")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(text)
-    done = _run(
-        "--provider",
-        "existing",
-        "--kubeconfig",
+    done = _run_existing(
         str(kubeconfig),
         "--profile",
         "attach",
@@ -143,10 +139,7 @@ def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
         timeout=120,
         field_selector="metadata.name=rayclusters.ray.io",
     )
-    done = _run(
-        "--provider",
-        "existing",
-        "--kubeconfig",
+    done = _run_existing(
         str(local_cluster.kubeconfig),
         "--profile",
         "attach",
