@@ -45,6 +45,15 @@ class TestResult:
     reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     issues: list[str] = field(default_factory=list)  # kuberay issues the check encodes
+    # Optional, added after the first contract (older summary.json files load without them):
+    # the full assertion message for a failure, and how many times the check ran
+    # (more than 1 only with a rerun plugin; a pass after a failed attempt is "flaky").
+    details: str = ""
+    attempts: int = 1
+
+    @property
+    def flaky(self) -> bool:
+        return self.outcome == "passed" and self.attempts > 1
 
 
 @dataclass
