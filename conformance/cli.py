@@ -17,7 +17,7 @@ import pytest
 
 from conformance import interrupts, profiles
 from conformance.environment import Environment, RunOptions
-from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError
+from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.providers import PROVIDERS, get_provider
 from conformance.report import summary
 from conformance.report.summary import AREAS, new_run_id
@@ -230,8 +230,37 @@ def run_command(
             click.echo(f"no summary was written (pytest exit {int(code)})", err=True)
             return EXIT_ENVIRONMENT
         result = summary.load(summary_path)
-        click.echo(f"verdict: {result.verdict()}; report: {target.resolve()}")
+        click.echo(f"verdict: {result.verdict()}; report: {(target / 'index.html').resolve()}")
         return result.exit_code()
+
+    guarded(action)
+
+
+@main.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--history",
+    "history",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Earlier runs: a folder of runs, a run folder or an Allure history.jsonl (repeatable). "
+    "Runs beside RUN_DIR are always read.",
+)
+@click.option("--no-allure", is_flag=True, help="Skip the Allure single-file report.")
+def report_command(run_dir: Path, history: tuple[Path, ...], no_allure: bool) -> None:
+    """Rebuild RUN_DIR's reports (index.html, allure-report/) from its results; exits with its verdict."""
+
+    def action() -> int:
+        from conformance.report import build, terminal  # noqa: PLC0415 - only this command needs them
+
+        if not run_dir.is_dir():
+            raise UsageError(f"{run_dir} is not a folder", "give the folder of a run, e.g. reports/latest")
+        built = build.build(run_dir, history_sources=history, with_allure=not no_allure)
+        for line in terminal.lines(built):
+            click.echo(line)
+        for problem in built.problems:
+            click.echo(f"warning: {problem}", err=True)
+        return built.summary.exit_code()
 
     guarded(action)
 

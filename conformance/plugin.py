@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import time
 import uuid
@@ -30,6 +31,9 @@ from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions
 from conformance.errors import HarnessError
 from conformance.kube import diagnostics
+from conformance.report import build as report_build
+from conformance.report import terminal as report_terminal
+from conformance.report import timelines
 from conformance.report.summary import AREAS, Summary, TestResult, new_run_id, now
 from conformance.timeouts import Timeouts
 
@@ -105,6 +109,8 @@ class ConformanceRun:
         self.results: dict[str, TestResult] = {}
         self._prepared: bool | None = None
         self._prepare_error: BaseException | None = None
+        self.built: report_build.Built | None = None
+        self.report_problem = ""
         self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
 
     # -- collection -------------------------------------------------------------------
@@ -241,7 +247,18 @@ class ConformanceRun:
             )
             result.outcome = "failed" if conformance_failure else "error"
             result.reason = _failure_reason(call, report)
+            result.details = _failure_details(report)
         result.metrics = dict(self._metrics.get(item.nodeid, {}))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A rerun plugin (pytest-rerunfailures) turns a failed attempt into "rerun" after it was
+        recorded above: the check starts afresh, and a pass on a later attempt is flaky."""
+        result = self.results.get(report.nodeid)
+        if report.outcome != "rerun" or result is None:
+            return
+        result.attempts += 1
+        result.reason = f"attempt {result.attempts - 1}: {result.reason}"
+        result.outcome, result.details = "passed", ""
 
     def _collect_diagnostics(
         self, item: pytest.Item | pytest.Collector, api: client.ApiClient, namespace: str
@@ -266,7 +283,15 @@ class ConformanceRun:
         if problems:
             self.summary.environment["teardown_problems"] = problems
         self.summary.write(self.options.run_dir)
+        self._build_reports()
         signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _build_reports(self) -> None:
+        """index.html and the Allure page; a report that cannot be built never hides the results."""
+        try:
+            self.built = report_build.build(self.options.run_dir)
+        except Exception as exc:  # noqa: BLE001 - summary.json is written; say why the pages are not
+            self.report_problem = f"the report could not be built: {type(exc).__name__}: {exc}"
 
     def _delete_run_namespaces(self) -> None:
         api = self.environment.api
@@ -283,14 +308,13 @@ class ConformanceRun:
             return
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        areas = self.summary.areas()
         terminalreporter.section("kuberay conformance")
-        for area in AREAS:
-            if area in areas:
-                counts = ", ".join(f"{k} {v}" for k, v in areas[area].items() if v)
-                terminalreporter.write_line(f"{area:<15} {counts}")
-        terminalreporter.write_line(f"verdict: {self.summary.verdict()}")
-        terminalreporter.write_line(f"results: {self.options.run_dir / 'summary.json'}")
+        built = self.built or report_build.Built(self.summary, self.options.run_dir / report_build.INDEX)
+        for line in report_terminal.lines(built, width=shutil.get_terminal_size().columns):
+            terminalreporter.write_line(line)
+        for problem in [*built.problems, self.report_problem]:
+            if problem:
+                terminalreporter.write_line(f"warning: {problem}", yellow=True)
 
 
 # -- fixtures the suites use -----------------------------------------------------------
@@ -335,6 +359,14 @@ def capabilities(conformance: Environment) -> Capabilities:
 def metrics(request: pytest.FixtureRequest) -> dict[str, float]:
     """Figures a check measured (snake_case names with a unit suffix); they go into summary.json."""
     return _current(request).metrics_for(request.node.nodeid)
+
+
+@pytest.fixture
+def timeline(request: pytest.FixtureRequest) -> Iterator[timelines.Recorder]:
+    """Timelines for the report's charts (see conformance/report/timelines.py); saved even on failure."""
+    recorder = timelines.Recorder(_current(request).options.run_dir, request.node.nodeid)
+    yield recorder
+    recorder.save()
 
 
 @pytest.fixture
@@ -397,6 +429,13 @@ def _failure_reason(call: pytest.CallInfo[None], report: pytest.TestReport) -> s
         first = text[0] if text else ""
         return f"{call.excinfo.typename}: {first}"[:500]
     return str(report.longrepr).splitlines()[-1][:500] if report.longrepr else ""
+
+
+def _failure_details(report: pytest.TestReport) -> str:
+    """The whole assertion message, with pytest's explanation of the values compared."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    return text[:4000]
 
 
 def _slug(text: str) -> str:
