@@ -45,7 +45,12 @@ class Environment:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.provider: Provider = get_provider(
-            options.provider, kubeconfig=options.kubeconfig, context=options.context
+            options.provider,
+            kubeconfig=options.kubeconfig,
+            context=options.context,
+            # Terraform-made clusters: a workspace per run, and no destroy after a failed apply if kept.
+            run_id=options.run_id,
+            keep_cluster=options.keep_cluster,
         )
         self.cluster: Cluster | None = None
         self.api: client.ApiClient | None = None
@@ -59,6 +64,9 @@ class Environment:
 
     def check_input(self) -> None:
         """Refuse combinations that cannot work, before anything is provisioned."""
+        preflight = getattr(self.provider, "preflight", None)
+        if preflight is not None:
+            preflight()  # tools, credentials, region, budget: checked, nothing created
         if self.options.provider == "existing":
             cluster = self.provider.up()  # creates nothing: checks that the cluster answers
             if self.options.profile.kuberay.install == "existing":
