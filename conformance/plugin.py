@@ -110,6 +110,7 @@ class ConformanceRun:
         self._prepared: bool | None = None
         self._prepare_error: BaseException | None = None
         self.built: report_build.Built | None = None
+        self._settled: set[str] = set()  # checks whose outcome is known (their call ran, or setup ended them)
         self.report_problem = ""
         self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
 
@@ -233,6 +234,8 @@ class ConformanceRun:
             )
             self.results[item.nodeid] = result
         result.duration_s = round(result.duration_s + report.duration, 3)
+        if report.when == "call" or not report.passed:
+            self._settled.add(item.nodeid)
         if report.skipped:
             reason = _skip_reason(report)
             result.outcome = "not_applicable" if reason.startswith(NOT_APPLICABLE) else "skipped"
@@ -276,6 +279,9 @@ class ConformanceRun:
         interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
         for nodeid, result in self.results.items():
             result.metrics = dict(self._metrics.get(nodeid, result.metrics))
+            if nodeid not in self._settled and result.outcome == "passed":
+                # Set up, then interrupted before its call ended: nothing was observed.
+                result.outcome, result.reason = "error", "interrupted: the run stopped while this check ran"
             self.summary.add(result)
         self.summary.complete = not interrupted and len(self.results) >= session.testscollected
         self._delete_run_namespaces()
