@@ -10,7 +10,8 @@ PROFILE     ?= default
 PYTEST_ARGS ?=
 RUN_ARGS    ?=
 HOST_PACKAGES := runc containernetworking-plugins iptables iproute2 util-linux procps \
-                 debootstrap buildah busybox-static gcc libc6-dev
+                 debootstrap buildah busybox-static gcc libc6-dev \
+                 chromium chromium-driver
 
 .PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status lint bench
 
@@ -24,9 +25,12 @@ help:
 	@echo "make lint           ruff"
 	@echo "make bench          record the figures in benchmarks/README.md (local provider, main job)"
 
-# Debian packages the local provider uses (runc, CNI plugins, iptables, image tooling).
+# Debian packages the local provider uses (runc, CNI plugins, iptables, image tooling), and the
+# report's: chromium for its browser tests; node and npm (Debian's, unless a node is already
+# there) to fetch Chart.js and run Allure Report 3, which needs node 20 or newer.
 host-deps:
 	@missing=$$(for p in $(HOST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing host packages: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

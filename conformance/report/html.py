@@ -56,6 +56,7 @@ def render(inputs: Inputs) -> str:
     )
     env.filters["seconds"] = human_seconds
     env.filters["slug"] = timelines.slug
+    env.filters["number"] = lambda value: f"{value:.4g}"  # 0.0033333333 reads as 0.003333
     # The stylesheet and script are inlined as they are, not as templates: "{#" in them is not Jinja.
     css, js = (markupsafe.Markup(_template_text(env, name)) for name in ("report.css", "report.js"))
     return env.get_template("index.html.j2").render(**context(inputs), css=css, js=js)

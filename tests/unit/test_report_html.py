@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.errors import UsageError
-from conformance.report import build, html, npm, terminal
+from conformance.errors import HarnessError, UsageError
+from conformance.report import allure, build, html, npm, terminal
 from conformance.report.allure import summary_from_results
 from conformance.report.summary import Summary
 from conformance.report.summary import TestResult as Result
@@ -256,3 +256,15 @@ def test_a_build_inlines_the_cached_chart_library_without_its_source_map(tmp_pat
     assert "window.ChartStub = 1;" in text and "sourceMappingURL" not in text
     assert built.problems == [] and built.allure is None
     assert not re.search(r"<(link|img|iframe)\b|\ssrc=", text)  # nothing for a browser to fetch
+
+
+def test_the_allure_page_loses_its_analytics_call_and_nothing_else() -> None:
+    before = "<script>window.allure = {};</script>\n"
+    after = "<script async>window.allureReportDataReady = false;</script>"
+    analytics = (
+        '<script async src="https://www.googletagmanager.com/gtag/js?id=G-X"></script>\n'
+        "<script>\n  window.dataLayer = window.dataLayer || [];\n  gtag('js', new Date());\n</script>\n"
+    )
+    assert allure.without_analytics(before + analytics + after) == before + after
+    with pytest.raises(HarnessError, match="analytics service"):
+        allure.without_analytics('<script src="https://www.googletagmanager.com/gtm.js"></script>')
