@@ -13,7 +13,8 @@ HOST_PACKAGES := runc containernetworking-plugins iptables iproute2 util-linux p
                  debootstrap buildah busybox-static gcc libc6-dev \
                  chromium chromium-driver
 
-.PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status lint bench
+RUN_DIR     ?= reports/latest
+.PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status report lint bench
 
 help:
 	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER) (writes reports/<run-id>/)"
@@ -22,6 +23,7 @@ help:
 	@echo "make cluster-up     bring the local cluster up (builds what is missing)"
 	@echo "make cluster-down   stop it and undo every host change"
 	@echo "make cluster-status each component and the node"
+	@echo "make report         rebuild the reports of RUN_DIR=$(RUN_DIR) (exit code: its verdict)"
 	@echo "make lint           ruff"
 	@echo "make bench          record the figures in benchmarks/README.md (local provider, main job)"
 
@@ -66,12 +68,17 @@ cluster-down: venv
 cluster-status: venv
 	$(CLI) cluster status --provider local
 
+# Rebuilds index.html and the Allure page from a run's results; nothing is re-run.
+report: venv
+	$(CLI) report $(RUN_DIR)
+
 lint: venv
 	$(BIN)/ruff check conformance tests benchmarks
 	$(BIN)/ruff format --check conformance tests benchmarks
 
-# Figures, not tests: the local provider's bring-up and footprint, then a warm main job.
+# Figures, not tests: the local provider's bring-up and footprint, a warm main job, the report build.
 bench: host-deps venv
 	$(BIN)/python benchmarks/local_provider.py
 	$(BIN)/python benchmarks/conformance_run.py
+	$(BIN)/python benchmarks/report_build.py
 	$(CLI) cluster down --provider local
