@@ -71,7 +71,8 @@ def collect(
     """Earlier runs from folders and Allure history files, oldest first, at most WINDOW of them.
 
     `exclude_run` drops the current run if a folder holds it; `before` (ISO-8601) drops runs
-    that started later than the current one, so rebuilding an old report shows its own past.
+    that started later than the current one (times have whole seconds: the same second counts
+    as earlier), so rebuilding an old report shows its own past.
     """
     points: dict[str, RunPoint] = {}
     problems: list[str] = []
@@ -93,7 +94,7 @@ def collect(
     kept = [
         p
         for p in points.values()
-        if p.run_id != exclude_run and (not before or _instant(p.started) < _instant(before))
+        if p.run_id != exclude_run and (not before or _instant(p.started) <= _instant(before))
     ]
     kept.sort(key=lambda p: _instant(p.started))
     return kept[-WINDOW:], problems

@@ -200,3 +200,9 @@ class Runs:
 @pytest.fixture
 def runs(tmp_path: Path) -> Runs:
     return Runs(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def make_runs() -> type[Runs]:
+    """For module-scoped fixtures, which cannot use tmp_path: Runs(folder)."""
+    return Runs

@@ -30,13 +30,10 @@ RENDER_WITHIN_S = 60
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reports(make_runs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """reports/earlier and reports/now; now's failed check has a diagnostics bundle."""
-    from conftest import Runs  # noqa: PLC0415 - this folder's conftest, imported by pytest by that name
-
-    runs = Runs(tmp_path_factory.mktemp("browser"))
+    runs = make_runs(tmp_path_factory.mktemp("browser"))
     runs.run("earlier", ["passed", "history"], phase="earlier")
-    time.sleep(1.1)  # summary.json times have whole seconds; the current run must start later
     now, _ = runs.run("now", CURRENT_KINDS)
     failed = next(t["id"] for t in runs.summary(now)["tests"] if t["id"].endswith(FAILED_ID_END))
     bundle = now / "diagnostics" / timelines.slug(failed)
@@ -229,3 +226,7 @@ def test_the_allure_single_file_report_opens_offline(browser, reports: Path) -> 
     assert errors == []
     assert [url for url in requested if not url.startswith(("file:", "data:", "blob:"))] == []
     _screenshot(browser, "allure.png")
+    # Allure's own history: the earlier run's report, then this one's, once though it was built twice.
+    points = [json.loads(line) for line in (reports / "allure-history.jsonl").read_text().splitlines()]
+    assert len(points) == 2
+    assert [len(p["testResults"]) for p in points] == [6, 10]
