@@ -56,6 +56,8 @@ def build(run_dir: Path, title: str, history_seed: Path | None = None, cache: Pa
             title,
             "--history-path",
             str(run_dir / HISTORY),
+            "--group-by",
+            "epic,feature",  # area, then suite module: the tree reads like the conformance matrix
         ],
         cwd=run_dir,  # so no allurerc of the caller's folder changes the report
         env={**os.environ, "ALLURE_NO_ANALYTICS": "true"},

@@ -122,6 +122,7 @@ def _pytest_command(suite: Path, run_dir: Path, kubeconfig: Path) -> list[str]:
         "-m",
         "pytest",
         str(suite),
+        f"--rootdir={suite}",  # check ids are the same in every run, as they are in real runs
         "-p",
         "no:cacheprovider",
         "-q",
