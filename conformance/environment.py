@@ -86,7 +86,8 @@ class Environment:
         self._made_cluster = not existed
         self.api = config.new_client_from_config(str(self.cluster.kubeconfig), context=self.cluster.context)
         self._install_kuberay()
-        self._provide_ray_images()
+        self._install_gateway()
+        self._provide_images()
         facts = self.operator
         self.capabilities = capabilities.detect(
             self.api,
@@ -120,6 +121,27 @@ class Environment:
         kuberay.wait_ready(self.api, spec, self.options.timeouts.ready)
         self.operator = kuberay.observed_operator(self.api, settings.namespace)
 
+    def _install_gateway(self) -> None:
+        profile = self.options.profile
+        if profile.gateway_install != "local-build":
+            return  # the cluster's own implementation serves the profile's GatewayClass
+        from conformance.install import gateway  # noqa: PLC0415 - pulls in the local build machinery
+
+        if not hasattr(self.provider, "load_image"):
+            raise UsageError(
+                f"profile {profile.name} builds the Gateway implementation on this machine, "
+                f"which provider {self.options.provider} cannot load",
+                "set gateway.install: existing and name the cluster's GatewayClass",
+            )
+        assert self.api is not None
+        facts = gateway.install_local(
+            self.provider,  # type: ignore[arg-type]
+            self.api,
+            profile.gateway_class,
+            self.options.timeouts.ready,
+        )
+        self.notes.append(gateway.note(facts))
+
     def _buildable_version(self, requested: str) -> str:
         """The requested KubeRay, or the newest older release the Go proxy serves source for."""
         from conformance.install import kuberay  # noqa: PLC0415
@@ -134,7 +156,7 @@ class Environment:
             )
         return resolved.version
 
-    def _provide_ray_images(self) -> None:
+    def _provide_images(self) -> None:
         if self.options.profile.kuberay.install != "local-build":
             return  # public images, pulled by the cluster
         from conformance.providers.local import images  # noqa: PLC0415
@@ -152,6 +174,14 @@ class Environment:
                     "set images.ray in the profile to localhost/kuberay-conformance/ray:{ray_version}",
                 )
             self.provider.load_image(archive)  # type: ignore[attr-defined]
+        redis = images.redis_image(cache)
+        if redis.ref != self.options.profile.redis_image:
+            raise UsageError(
+                f"profile {self.options.profile.name} names Redis image {self.options.profile.redis_image}, "
+                f"but the local build makes {redis.ref}",
+                f"set images.redis in the profile to {redis.ref}",
+            )
+        self.provider.load_image(redis)  # type: ignore[attr-defined]
 
     def teardown(self) -> list[str]:
         if self.options.keep_cluster or not self._made_cluster:

@@ -415,27 +415,7 @@ def operator_image(version: str) -> images.ImageArchive:
 
 def module_dir(version: str) -> Path:
     """Where the Go module cache holds the operator module's files (CRDs, RBAC) for `version`."""
-    with tempfile.TemporaryDirectory() as outside_any_module:
-        done = subprocess.run(
-            ["go", "mod", "download", "-json", f"{OPERATOR_MODULE}@{version}"],
-            cwd=outside_any_module,
-            env=gobuild.go_env(),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    try:
-        info = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        info = {"Error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    if info.get("Error") or not info.get("Dir"):
-        said = " ".join(str(info.get("Error", "no Dir in its answer")).split())  # go's error spans lines
-        raise ProvisioningError(
-            f"the Go module proxy does not serve {OPERATOR_MODULE}@{version} ({said})",
-            f"pin a version whose zip it serves (`go mod download -json {OPERATOR_MODULE}@vX.Y.Z`"
-            " prints a Dir) in conformance/providers/local/pins.py, or set GOPROXY to a proxy that has it",
-        )
-    return Path(info["Dir"])
+    return gobuild.module_dir(OPERATOR_MODULE, version)
 
 
 # --- applying ----------------------------------------------------------------------------------
@@ -482,11 +462,13 @@ def _ensure_namespace(core: client.CoreV1Api, namespace: str) -> None:
             ) from exc
 
 
-def apply_crds(api_client: client.ApiClient, crds: Iterable[dict], timeout: float = 60.0) -> None:
+def apply_crds(
+    api_client: client.ApiClient, crds: Iterable[dict], timeout: float = 60.0, what: str = "KubeRay"
+) -> None:
     """Apply the CRDs and wait until each is Established (served by the API server)."""
     dynamic = DynamicClient(api_client)
     crds = list(crds)
-    with progress(f"applying {len(crds)} KubeRay CRDs") as line:
+    with progress(f"applying {len(crds)} {what} CRDs") as line:
         for crd in crds:
             line.update(crd["metadata"]["name"])
             _apply(dynamic, crd)
@@ -816,3 +798,10 @@ def uninstall_local(
             raise ProvisioningError(
                 f"namespace {ns} was not removed: {exc.last_seen}", "see its finalizers"
             ) from exc
+
+
+# The same applying and waiting serve the other installers (the Gateway API implementation).
+apply_object = _apply
+ensure_namespace = _ensure_namespace
+deployment_available = _deployment_available
+describe_deployment = _describe_deployment

@@ -40,6 +40,8 @@ class Profile:
     description: str
     ray_versions: tuple[str, ...]
     ray_image_template: str
+    # Redis for the GCS fault-tolerance checks (external storage of the head's state).
+    redis_image: str
     pull_policy: str
     kuberay: KubeRaySettings
     head_resources: dict[str, str]
@@ -49,6 +51,9 @@ class Profile:
     gateway_class: str
     gpu: GpuSettings
     source: Path = field(default=Path())
+    # local-build: the harness installs the Gateway API CRDs and Traefik (local provider);
+    # existing: the cluster already has an implementation serving `gateway_class`.
+    gateway_install: str = "existing"
 
     def ray_image(self, ray_version: str) -> str:
         return self.ray_image_template.format(ray_version=ray_version)
@@ -93,12 +98,18 @@ def parse(data: Any, source: Path) -> Profile:
         raise UsageError(
             f"profile {source}: images.pull_policy is {pull_policy!r}", "use IfNotPresent or Never"
         )
+    gateway_install = gateway.text("install") if "install" in gateway.data else "existing"
+    if gateway_install not in ("local-build", "existing"):
+        raise UsageError(
+            f"profile {source}: gateway.install is {gateway_install!r}", "use local-build or existing"
+        )
     timeouts = reader.mapping("timeouts")
     return Profile(
         name=reader.text("name"),
         description=reader.text("description"),
         ray_versions=tuple(str(v) for v in reader.sequence("ray_versions")),
         ray_image_template=images.text("ray"),
+        redis_image=images.text("redis"),
         pull_policy=pull_policy,
         kuberay=KubeRaySettings(
             version=kuberay.text("version"),
@@ -115,6 +126,7 @@ def parse(data: Any, source: Path) -> Profile:
             resource=gpu.text("resource"), count=gpu.integer("count"), simulated=gpu.flag("simulated")
         ),
         source=source,
+        gateway_install=gateway_install,
     )
 
 

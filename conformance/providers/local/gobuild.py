@@ -16,7 +16,9 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -78,6 +80,32 @@ def upstream_gomod(tool: GoTool, env: dict[str, str], workdir: Path) -> str:
     return Path(info["GoMod"]).read_text()
 
 
+def module_dir(module: str, version: str) -> Path:
+    """Where the Go module cache holds the files of `module@version` (fetched from the proxy if
+    missing): manifests and CRDs that ship inside a Go module are read from there."""
+    with tempfile.TemporaryDirectory() as outside_any_module:
+        done = subprocess.run(
+            ["go", "mod", "download", "-json", f"{module}@{version}"],
+            cwd=outside_any_module,
+            env=go_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    try:
+        info = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        info = {"Error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    if info.get("Error") or not info.get("Dir"):
+        said = " ".join(str(info.get("Error", "no Dir in its answer")).split())  # go's error spans lines
+        raise ProvisioningError(
+            f"the Go module proxy does not serve {module}@{version} ({said})",
+            f"pin a version whose zip it serves (`go mod download -json {module}@vX.Y.Z`"
+            " prints a Dir) in conformance/providers/local/pins.py, or set GOPROXY to a proxy that has it",
+        )
+    return Path(info["Dir"])
+
+
 def carried_replaces(upstream: str, staging_version: str) -> list[str]:
     """The replace directives a build module must copy from the upstream go.mod."""
     lines: list[str] = []
@@ -107,13 +135,44 @@ def carried_replaces(upstream: str, staging_version: str) -> list[str]:
     return lines
 
 
-def build_module(tool: GoTool, replaces: list[str]) -> str:
+def carried_excludes(upstream: str) -> list[str]:
+    """The upstream's exclude directives: only the main module's count, so ours must repeat them."""
+    lines: list[str] = []
+    in_block = False
+    for raw in upstream.splitlines():
+        text = raw.split("//", 1)[0].strip()
+        if text == "exclude (":
+            in_block = True
+        elif in_block and text == ")":
+            in_block = False
+        elif in_block and text:
+            lines.append(f"exclude {text}")
+        elif text.startswith("exclude "):
+            lines.append(text)
+    return lines
+
+
+def local_module_dir(module: str) -> str:
+    return "./local/" + module.replace("/", "_")
+
+
+def build_module(tool: GoTool, replaces: list[str], excludes: Sequence[str] = ()) -> str:
     parts = [f"module kuberay-conformance.local/build/{tool.name}", "", f"go {tool.go_directive}", ""]
     if tool.godebug:
         parts += [f"godebug {tool.godebug}", ""]
     parts += [f"require {tool.module} {tool.version}", ""]
     parts += replaces
+    parts += [f"replace {module} => {local_module_dir(module)}" for module in sorted(tool.local_modules)]
+    parts += list(excludes)
     return "\n".join(parts) + "\n"
+
+
+def write_local_modules(tool: GoTool, staging: Path) -> None:
+    for module, files in tool.local_modules.items():
+        target = staging / local_module_dir(module)
+        target.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (target / name).write_text(content)
 
 
 def recipe_key(tool: GoTool) -> str:
@@ -122,6 +181,10 @@ def recipe_key(tool: GoTool) -> str:
     ).stdout.strip()
     # Only what changes the binaries keys the cache; how a version was chosen does not.
     recipe = {k: v for k, v in asdict(tool).items() if k != "fallback_to_served"}
+    # Fields added after a tool was first cached key nothing while empty, so adding them
+    # does not invalidate every cached build.
+    if not recipe["local_modules"]:
+        del recipe["local_modules"]
     blob = json.dumps({"tool": recipe, "go": go_version, "rev": RECIPE_REVISION}, sort_keys=True)
     return f"{tool.name}-{tool.version}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 
@@ -150,8 +213,11 @@ def ensure_built(tool: GoTool, cache_dir: Path) -> Path:
     log = staging / "build.log"
     started = time.monotonic()
     with progress(f"building {tool.name} {tool.version} from the Go module proxy") as line:
-        gomod = build_module(tool, carried_replaces(upstream_gomod(tool, env, staging), tool.staging_version))
+        upstream = upstream_gomod(tool, env, staging)
+        replaces = carried_replaces(upstream, tool.staging_version)
+        gomod = build_module(tool, replaces, carried_excludes(upstream))
         (staging / "go.mod").write_text(gomod)
+        write_local_modules(tool, staging)
         for index, package in enumerate(tool.packages, start=1):
             name = tool.binary_name(package)
             line.update(f"{name}, {index}/{len(tool.packages)}")

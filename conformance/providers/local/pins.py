@@ -19,6 +19,15 @@ KUBERAY = "v1.7.0"
 # The operator-upgrade check installs the previous minor first.
 KUBERAY_PREVIOUS = "v1.6.1"
 RAY = "2.58.0"
+# The Gateway API implementation of the local provider (controller and data plane in one).
+# Not v3.7.x: the proxy refuses modules v3.7 needs (lego v5's DNS-provider SDKs, the
+# containous/go-http-auth fork it pins), so it cannot be built here.
+TRAEFIK = "v3.6.12"
+# The Gateway API CRDs (standard channel), from the module's config/crd/standard: the version
+# KubeRay's go.mod requires (v1.6.2 and v1.7.0 both build against v1.4.1).
+GATEWAY_API = "v1.4.1"
+# The open-model load generator of the RayService checks, run as a pod in the cluster.
+VEGETA = "v12.13.0"
 DEBIAN_SUITE = "bookworm"
 
 
@@ -45,6 +54,10 @@ class GoTool:
     # When the proxy does not serve the pin, build the newest served older release instead
     # (and say so), rather than fail: used for the software under test.
     fallback_to_served: bool = False
+    # Nested modules of the upstream repository that its go.mod replaces with a local path
+    # and that the proxy does not serve on their own: module path -> {file name: content}.
+    # The build module gets them as local directories of its own.
+    local_modules: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def binary_name(self, package: str) -> str:
         return BINARY_NAMES.get(package, package.rsplit("/", 1)[-1])
@@ -125,6 +138,33 @@ TOOLS: dict[str, GoTool] = {
         go_directive="1.26.0",
         fallback_to_served=True,
     ),
+    "traefik": GoTool(
+        name="traefik",
+        module="github.com/traefik/traefik/v3",
+        version=TRAEFIK,
+        packages=("github.com/traefik/traefik/v3/cmd/traefik",),
+        go_directive="1.25.0",
+        ldflags=(f"-X github.com/traefik/traefik/v3/pkg/version.Version={TRAEFIK}",),
+        # From v3.7 Traefik's go.mod points its dynamic-config extension point at a nested
+        # module no proxy serves; upstream it is two empty structs embedded in the HTTP config,
+        # so a module declaring them (and nothing else) builds the same program. v3.6 does not
+        # require it and ignores the replace; it stays so the pin can move up.
+        local_modules={
+            "github.com/traefik/traefik/dynamic/ext": {
+                "go.mod": "module github.com/traefik/traefik/dynamic/ext\n\ngo 1.24.0\n",
+                "ext.go": "// Package ext: the (empty) extension point of Traefik's dynamic config.\n"
+                "package ext\n\ntype HTTP struct{}\n\ntype Router struct{}\n",
+            }
+        },
+    ),
+    "vegeta": GoTool(
+        name="vegeta",
+        module="github.com/tsenart/vegeta/v12",
+        version=VEGETA,
+        packages=("github.com/tsenart/vegeta/v12",),
+        go_directive="1.22",
+        ldflags=(f"-X main.Version={VEGETA}",),
+    ),
 }
 
 # A binary is named after the last path element of its package, except where that is a
@@ -132,4 +172,5 @@ TOOLS: dict[str, GoTool] = {
 BINARY_NAMES = {
     "go.etcd.io/etcd/server/v3": "etcd",
     "github.com/ray-project/kuberay/ray-operator": "kuberay-operator",
+    "github.com/tsenart/vegeta/v12": "vegeta",
 }
