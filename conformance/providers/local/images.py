@@ -851,14 +851,7 @@ def toolbox_image(cache_dir: Path, kubectl: Path) -> ImageArchive:
         with progress(f"building image {ref}"):
             rootfs = work / "rootfs"
             _write_minimal_etc(rootfs, "0")
-            bin_dir = rootfs / "bin"
-            bin_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(BUSYBOX, bin_dir / "busybox")
-            (bin_dir / "busybox").chmod(0o755)
-            applets = subprocess.run([str(BUSYBOX), "--list"], check=True, capture_output=True, text=True)
-            for applet in applets.stdout.split():
-                if applet != "busybox":
-                    (bin_dir / applet).symlink_to("busybox")
+            bin_dir = _install_busybox(rootfs)
             shutil.copyfile(kubectl, bin_dir / "kubectl")
             (bin_dir / "kubectl").chmod(0o755)
             config = ImageConfig(entrypoint=("/bin/sh",), env=("PATH=/bin",), user="0:0", labels={})
@@ -868,6 +861,46 @@ def toolbox_image(cache_dir: Path, kubectl: Path) -> ImageArchive:
     return _cached_build(cache_dir, "toolbox", tag, inputs, build)
 
 
+def _install_busybox(rootfs: Path) -> Path:
+    """Debian's static busybox as /bin/sh and every applet; returns /bin of the rootfs."""
+    bin_dir = rootfs / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(BUSYBOX, bin_dir / "busybox")
+    (bin_dir / "busybox").chmod(0o755)
+    applets = subprocess.run([str(BUSYBOX), "--list"], check=True, capture_output=True, text=True)
+    for applet in applets.stdout.split():
+        if applet != "busybox":
+            (bin_dir / applet).symlink_to("busybox")
+    return bin_dir
+
+
+def vegeta_image(cache_dir: Path, vegeta: Path, version: str) -> ImageArchive:
+    """The load generator: vegeta and Debian's static busybox (a shell runs the attack, stops it
+    on a signal and prints the records), as a non-root user."""
+    busybox_version = _busybox_version()
+    _check_static(BUSYBOX)
+    _check_static(vegeta)
+    inputs = {
+        "kind": "vegeta",
+        "busybox": busybox_version,
+        "busybox_sha256": _sha256_file(BUSYBOX),
+        "vegeta_sha256": _sha256_file(vegeta),
+    }
+
+    def build(work: Path, ref: str, log: Path) -> None:
+        with progress(f"building image {ref}"):
+            rootfs = work / "rootfs"
+            _write_minimal_etc(rootfs, NONROOT_USER)
+            bin_dir = _install_busybox(rootfs)
+            shutil.copyfile(vegeta, bin_dir / "vegeta")
+            (bin_dir / "vegeta").chmod(0o755)
+            config = ImageConfig(entrypoint=("/bin/sh",), env=("PATH=/bin",), user=NONROOT_USER, labels={})
+            pack_rootfs(rootfs, ref, config, work / ARCHIVE_NAME, work=work, log=log)
+            _remove_tree(rootfs)
+
+    return _cached_build(cache_dir, "vegeta", version, inputs, build)
+
+
 __all__ = [
     "ImageArchive",
     "binary_image",
@@ -875,4 +908,5 @@ __all__ = [
     "pause_image",
     "ray_image",
     "toolbox_image",
+    "vegeta_image",
 ]

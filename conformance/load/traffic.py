@@ -1,0 +1,263 @@
+"""How traffic moved during a RayService upgrade: checks over status samples and request records,
+and the per-second timeline a report draws. Pure: samples and records in, findings out.
+
+A `Sample` is what the RayService status and its HTTPRoute said at one moment (the sampler in
+conformance/kube/rayservice.py takes one whenever something changed). Clusters are named, not
+given roles, because the pending cluster becomes the active one at promotion.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+
+from . import analysis
+from .records import Record
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # epoch seconds
+    active: str
+    pending: str
+    percent: dict[str, int]  # cluster -> trafficRoutedPercent (status)
+    capacity: dict[str, int]  # cluster -> targetCapacity (status)
+    migrated_at: dict[str, str]  # cluster -> lastTrafficMigratedTime (RFC 3339, whole seconds)
+    conditions: dict[str, str]  # condition type -> status
+    weights: dict[str, int] = field(default_factory=dict)  # cluster -> HTTPRoute backend weight
+
+
+@dataclass
+class Findings:
+    violations: list[str] = field(default_factory=list)
+    max_step: int = 0
+    min_interval_s: float | None = None
+
+    def add(self, text: str) -> None:
+        self.violations.append(text)
+
+
+def _changes(values: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+    """The (time, value) pairs where the value differs from the one before."""
+    out: list[tuple[float, int]] = []
+    for at, value in values:
+        if not out or out[-1][1] != value:
+            out.append((at, value))
+    return out
+
+
+def percent_series(samples: Sequence[Sample], cluster: str) -> list[tuple[float, int]]:
+    return _changes([(s.at, s.percent[cluster]) for s in samples if cluster in s.percent])
+
+
+def weight_series(samples: Sequence[Sample], cluster: str) -> list[tuple[float, int]]:
+    return _changes([(s.at, s.weights[cluster]) for s in samples if cluster in s.weights])
+
+
+def check_steps(
+    samples: Sequence[Sample], new: str, step: int, interval_s: int, what: str = "traffic"
+) -> Findings:
+    """The new cluster's share (status trafficRoutedPercent and HTTPRoute weight) only grows, by at
+    most `step` at a time, and status steps are at least `interval_s` apart (one second of slack:
+    lastTrafficMigratedTime has whole seconds)."""
+    found = Findings()
+    for source, series in (
+        ("trafficRoutedPercent", percent_series(samples, new)),
+        ("route weight", weight_series(samples, new)),
+    ):
+        for (_, before), (_, after) in pairwise(series):
+            found.max_step = max(found.max_step, after - before)
+            if after < before:
+                found.add(f"{what}: {source} of {new} went back from {before} to {after}")
+            elif after - before > step:
+                found.add(f"{what}: {source} of {new} jumped {before} -> {after}, more than the step {step}")
+    stamps = _distinct([s.migrated_at[new] for s in samples if new in s.migrated_at and s.pending == new])
+    times = [_epoch(text) for text in stamps]
+    gaps = [b - a for a, b in pairwise(times)]
+    if gaps:
+        found.min_interval_s = min(gaps)
+        if found.min_interval_s < interval_s - 1:
+            found.add(
+                f"{what}: traffic moved after {found.min_interval_s:.0f}s,"
+                f" sooner than intervalSeconds={interval_s}"
+            )
+    return found
+
+
+def check_capacity(samples: Sequence[Sample], max_surge: int) -> Findings:
+    """targetCapacity: the two clusters together never exceed 100 + maxSurgePercent, each moves by
+    at most maxSurgePercent, and the pending cluster never gets more traffic than its capacity."""
+    found = Findings()
+    last: dict[str, int] = {}
+    for s in samples:
+        total = sum(s.capacity.values())
+        if total > 100 + max_surge:
+            found.add(
+                f"targetCapacity {s.capacity} adds up to {total}, over 100 + maxSurgePercent={max_surge}"
+            )
+        for cluster, value in s.capacity.items():
+            if cluster in last and abs(value - last[cluster]) > max_surge:
+                found.add(
+                    f"targetCapacity of {cluster} moved {last[cluster]} -> {value}, more than {max_surge}"
+                )
+            last[cluster] = value
+        pending = s.pending
+        if pending in s.percent and pending in s.capacity and s.percent[pending] > s.capacity[pending]:
+            found.add(f"pending {pending}: {s.percent[pending]}% of traffic, capacity {s.capacity[pending]}")
+    return found
+
+
+@dataclass(frozen=True)
+class Promotion:
+    at: float | None  # when the new cluster was first seen active
+    before: Sample | None  # the last sample before that
+
+
+def promotion(samples: Sequence[Sample], new: str) -> Promotion:
+    for index, s in enumerate(samples):
+        if s.active == new:
+            return Promotion(s.at, samples[index - 1] if index else None)
+    return Promotion(None, None)
+
+
+def promoted_at_full_shift(p: Promotion, old: str, new: str) -> str:
+    """ "" when the last state before promotion was 100% of traffic to `new` and capacity 0 on `old`."""
+    if p.before is None:
+        return "no state before the promotion was observed"
+    traffic, capacity = p.before.percent.get(new), p.before.capacity.get(old)
+    if traffic != 100 or capacity not in (0, None):
+        return f"promoted with {traffic}% of traffic on {new} and targetCapacity {capacity} on {old}"
+    return ""
+
+
+def weight_at(samples: Sequence[Sample], cluster: str, at: float) -> int | None:
+    """The HTTPRoute weight of `cluster` in force at `at` (None before any sample names it)."""
+    current = None
+    for s in samples:
+        if s.at > at:
+            break
+        if s.weights:
+            current = s.weights.get(cluster, 0)
+    return current
+
+
+@dataclass(frozen=True)
+class Window:
+    start: float
+    end: float
+    weight_percent: float
+    served_percent: float
+    requests: int
+
+
+def share_windows(
+    records: Sequence[Record],
+    samples: Sequence[Sample],
+    new: str,
+    settle_s: float = 1.0,
+    min_requests: int = 20,
+) -> list[Window]:
+    """For each stretch where the route weights held still, the share of answers from `new`
+    against its weight, skipping `settle_s` after each change (the proxy needs a moment to
+    apply a new configuration) and stretches with too few answers to say anything."""
+    changes = [s for s in samples if s.weights]
+    windows: list[Window] = []
+    for index, s in enumerate(changes):
+        total = sum(s.weights.values())
+        if total <= 0:
+            continue
+        start = s.at + settle_s
+        end = changes[index + 1].at if index + 1 < len(changes) else float("inf")
+        answered = [r for r in analysis.between(records, start, end) if r.ok and r.backend]
+        end = min(end, answered[-1].sent if answered else start)
+        if len(answered) < min_requests:
+            continue
+        served = sum(1 for r in answered if r.backend == new) / len(answered)
+        windows.append(Window(start, end, 100 * s.weights.get(new, 0) / total, 100 * served, len(answered)))
+    return windows
+
+
+def max_share_deviation(windows: Sequence[Window]) -> float | None:
+    return max((abs(w.served_percent - w.weight_percent) for w in windows), default=None)
+
+
+# --- the timeline ------------------------------------------------------------------------------
+
+
+def timeline(
+    check: str,
+    title: str,
+    records: Sequence[Record],
+    samples: Sequence[Sample],
+    start: float,
+    names: dict[str, str],
+) -> dict[str, object]:
+    """One entry per second: requests, errors by kind, p50/p99, the HTTPRoute's traffic percent
+    per cluster (or, without a route, the share of answers), and the condition changes as events.
+
+    `names` maps cluster names to the labels a reader sees ("old", "new")."""
+    seconds = []
+    for second in analysis.per_second(records, start):
+        at = start + second.t
+        entry: dict[str, object] = {
+            "t": second.t,
+            "requests": second.requests,
+            "errors": second.errors,
+            "p50_ms": second.p50_ms,
+            "p99_ms": second.p99_ms,
+        }
+        routed = {label: weight_at(samples, cluster, at) for cluster, label in names.items()}
+        if any(v is not None for v in routed.values()):
+            entry["traffic"] = {label: v or 0 for label, v in routed.items()}
+        answered = sum(second.backends.get(c, 0) for c in names)
+        if answered:
+            entry["served"] = {
+                label: round(100 * second.backends.get(c, 0) / answered, 1) for c, label in names.items()
+            }
+        seconds.append(entry)
+    return {
+        "schema": 1,
+        "kind": "upgrade",
+        "check": check,
+        "title": title,
+        "events": condition_events(samples, start),
+        "seconds": seconds,
+    }
+
+
+def condition_events(samples: Sequence[Sample], start: float) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = []
+    before: dict[str, str] = {}
+    for s in samples:
+        for kind, status in sorted(s.conditions.items()):
+            if before.get(kind) != status:
+                events.append({"t": round(max(0.0, s.at - start), 3), "label": f"{kind}={status}"})
+        before = s.conditions
+    return events
+
+
+def write_timeline(run_dir: Path, slug: str, data: dict[str, object]) -> Path:
+    target = run_dir / "timelines" / f"{slug}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=1) + "\n")
+    return target
+
+
+def _distinct(values: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        if not out or out[-1] != value:
+            out.append(value)
+    return out
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def seconds_between(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(b - a, 2)

@@ -1,0 +1,130 @@
+"""Checks over an upgrade's status samples and request records (conformance/load/traffic.py)."""
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conformance.load import traffic
+from conformance.load.records import Record
+from conformance.load.traffic import Sample
+
+T0 = datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()
+
+
+def stamp(offset: float) -> str:
+    return datetime.fromtimestamp(T0 + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sample(at: float, new_percent: int | None, new_cap: int = 0, old_cap: int = 100, **kw: object) -> Sample:
+    percent = {"old": 100 - (new_percent or 0)}
+    weights = {"old": 100 - (new_percent or 0)}
+    migrated: dict[str, str] = {}
+    if new_percent is not None:
+        percent["new"] = new_percent
+        weights["new"] = new_percent
+        migrated["new"] = stamp(at)
+    fields = {
+        "at": T0 + at,
+        "active": "old",
+        "pending": "new",
+        "percent": percent,
+        "capacity": {"old": old_cap, "new": new_cap},
+        "migrated_at": migrated,
+        "conditions": {"Ready": "True", "UpgradeInProgress": "True"},
+        "weights": weights,
+    }
+    fields.update(kw)
+    return Sample(**fields)  # type: ignore[arg-type]
+
+
+def gradual(step: int, interval: float) -> list[Sample]:
+    return [sample(i * interval, p, new_cap=100) for i, p in enumerate(range(0, 101, step))]
+
+
+def test_a_gradual_shift_by_the_step_and_interval_passes() -> None:
+    found = traffic.check_steps(gradual(25, 5), "new", step=25, interval_s=5)
+    assert found.violations == []
+    assert found.max_step == 25
+    assert found.min_interval_s == 5
+
+
+def test_a_jump_larger_than_the_step_is_found() -> None:
+    samples = [sample(0, 0, 100), sample(5, 25, 100), sample(10, 75, 100)]
+    found = traffic.check_steps(samples, "new", step=25, interval_s=5)
+    assert found.max_step == 50
+    assert any("jumped 25 -> 75" in v for v in found.violations)
+
+
+def test_traffic_going_back_is_found() -> None:
+    samples = [sample(0, 0, 100), sample(5, 25, 100), sample(10, 20, 100)]
+    assert any("went back" in v for v in traffic.check_steps(samples, "new", 25, 5).violations)
+
+
+def test_steps_sooner_than_the_interval_are_found_with_a_second_of_slack() -> None:
+    assert traffic.check_steps(gradual(25, 4), "new", step=25, interval_s=5).violations == []
+    found = traffic.check_steps(gradual(25, 3), "new", step=25, interval_s=5)
+    assert found.min_interval_s == 3
+    assert any("sooner than intervalSeconds=5" in v for v in found.violations)
+
+
+def test_capacity_over_the_surge_and_traffic_over_capacity_are_found() -> None:
+    fine = [sample(0, 0, new_cap=25), sample(5, 25, new_cap=25), sample(6, 25, new_cap=25, old_cap=75)]
+    assert traffic.check_capacity(fine, max_surge=25).violations == []
+    over = [sample(0, 0, new_cap=50, old_cap=100)]
+    assert any("over 100 + maxSurgePercent=25" in v for v in traffic.check_capacity(over, 25).violations)
+    jump = [sample(0, 0, new_cap=0), sample(1, 0, new_cap=50, old_cap=50)]
+    assert any("moved 0 -> 50" in v for v in traffic.check_capacity(jump, 25).violations)
+    ahead = [sample(0, 30, new_cap=25, old_cap=75)]
+    assert any("30% of traffic, capacity 25" in v for v in traffic.check_capacity(ahead, 25).violations)
+
+
+def test_promotion_must_follow_a_full_shift() -> None:
+    samples = [*gradual(50, 1), sample(3, 100, new_cap=100, old_cap=0)]
+    samples.append(sample(4, None, active="new", pending="", percent={"new": 100}, capacity={"new": 100}))
+    promotion = traffic.promotion(samples, "new")
+    assert promotion.at == T0 + 4
+    assert traffic.promoted_at_full_shift(promotion, "old", "new") == ""
+    early = [sample(0, 50, new_cap=50, old_cap=50), sample(1, None, active="new", pending="")]
+    problem = traffic.promoted_at_full_shift(traffic.promotion(early, "new"), "old", "new")
+    assert "50% of traffic" in problem
+    assert traffic.promotion(early[:1], "new").at is None
+
+
+def test_the_served_share_is_compared_per_stretch_of_constant_weights() -> None:
+    samples = [sample(0, 0), sample(10, 50)]
+    records = [
+        Record(sent=T0 + i / 10, latency_s=0.01, status=200, error="", backend="old") for i in range(100)
+    ] + [
+        Record(sent=T0 + 10 + i / 10, latency_s=0.01, status=200, error="", backend="new" if i % 2 else "old")
+        for i in range(100)
+    ]
+    windows = traffic.share_windows(records, samples, "new")
+    assert [(w.weight_percent, round(w.served_percent)) for w in windows] == [(0, 0), (50, 50)]
+    assert all(w.requests >= 80 for w in windows)  # the second after each change is skipped
+    assert traffic.max_share_deviation(windows) is not None
+    assert traffic.max_share_deviation(windows) < 2
+
+
+def test_weight_in_force_is_the_latest_sample_before() -> None:
+    samples = [sample(0, 0), sample(10, 50)]
+    assert traffic.weight_at(samples, "new", T0 - 1) is None
+    assert traffic.weight_at(samples, "new", T0 + 9.9) == 0
+    assert traffic.weight_at(samples, "new", T0 + 10) == 50
+
+
+def test_the_timeline_has_seconds_traffic_and_condition_events(tmp_path: Path) -> None:
+    samples = [sample(0, 0), sample(2, 100, conditions={"Ready": "True", "UpgradeInProgress": "False"})]
+    records = [
+        Record(sent=T0 + i / 5, latency_s=0.02, status=200, error="", backend="old" if i < 10 else "new")
+        for i in range(20)
+    ]
+    records.append(Record(sent=T0 + 3.5, latency_s=1.0, status=503, error="http_503"))
+    data = traffic.timeline("t::x", "title", records, samples, T0, {"old": "old", "new": "new"})
+    seconds = data["seconds"]
+    assert isinstance(seconds, list) and [s["t"] for s in seconds] == [0, 1, 2, 3]
+    assert seconds[0]["traffic"] == {"old": 100, "new": 0} and seconds[3]["traffic"] == {"old": 0, "new": 100}
+    assert seconds[2]["served"] == {"old": 0.0, "new": 100.0}
+    assert seconds[3]["errors"] == {"http_503": 1}
+    assert {"t": 2.0, "label": "UpgradeInProgress=False"} in data["events"]
+    written = traffic.write_timeline(tmp_path, "t-x", data)
+    assert json.loads(written.read_text())["kind"] == "upgrade"
