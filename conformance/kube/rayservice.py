@@ -98,6 +98,12 @@ def is_ready(svc: dict[str, Any]) -> bool:
     )
 
 
+def observed(svc: dict[str, Any]) -> bool:
+    """The Ready condition was computed for the current spec."""
+    generation = svc.get("metadata", {}).get("generation", 0)
+    return condition(svc, "Ready").get("observedGeneration", 0) >= generation
+
+
 def describe(svc: dict[str, Any]) -> str:
     conds = ", ".join(f"{k}={v}" for k, v in conditions(svc).items()) or "no conditions"
     pending = pending_cluster(svc)

@@ -1,0 +1,151 @@
+"""Helpers the rayservice and upgrade suites share: the load generator's image, load through a
+Gateway, probing the app from inside the cluster, and recording what an upgrade did."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client
+
+from conformance.environment import Environment
+from conformance.kube import rayservice as rs
+from conformance.kube.ray import ExecError, Ray
+from conformance.kube.wait import WaitTimeout, behaviour
+from conformance.load import analysis, traffic
+from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image
+from conformance.load.records import Record, parse_lines
+from conformance.progress import progress
+from conformance.timeouts import Timeouts
+
+T = TypeVar("T")
+
+# Rates a 2-core node sustains next to two Ray heads; the generator's self-check says when not.
+PROBE_RATE = 20
+UPGRADE_RATE = 20
+# How often a probe asks the app what it answers, while waiting for new behaviour.
+PROBE_INTERVAL_S = 1.0
+ROUTE = "echo"  # the Gateway and HTTPRoute a check makes for itself
+
+_images: dict[int, str] = {}
+
+
+def load_image(environment: Environment) -> str:
+    """Built and loaded once per run."""
+    key = id(environment)
+    if key not in _images:
+        _images[key] = provide_image(environment.provider)
+    return _images[key]
+
+
+def generator(
+    api: client.ApiClient,
+    namespace: str,
+    image: str,
+    address: str,
+    host: str = "",
+    rate: int = UPGRADE_RATE,
+    max_duration_s: int = 900,
+    run_id: str = "",
+) -> LoadGenerator:
+    return LoadGenerator(
+        api=api,
+        namespace=namespace,
+        image=image,
+        targets=[Target(f"http://{address}/", host=host)],
+        spec=LoadSpec(rate=rate, max_duration_s=max_duration_s),
+        run_id=run_id,
+    )
+
+
+def ready_behind_own_gateway(
+    ray: Ray, values: dict[str, Any], class_name: str, timeouts: Timeouts, metrics: dict[str, float]
+) -> tuple[dict[str, Any], str, str]:
+    """A ready RayService behind a Gateway of our own: (the RayService, the address, the host)."""
+    started = time.monotonic()
+    rs.create(ray, values)
+    with behaviour("the RayService becomes Ready with its Serve application RUNNING"):
+        svc = rs.wait_ready(ray, values["name"], timeouts.ready)
+    metrics["ready_s"] = round(time.monotonic() - started, 2)
+    gateways = rs.Gateways(ray.api, ray.namespace)
+    host = f"{ray.namespace}.krc.test"
+    gateways.create_route(ROUTE, class_name, host, f"{values['name']}-serve-svc")
+    address = gateways.wait_programmed(ROUTE, timeouts.ready)
+    gateways.wait_route_ready(ROUTE, ROUTE, timeouts.ready)
+    return svc, address, host
+
+
+def probe(ray: Ray, gen: LoadGenerator, address: str, host: str = "") -> Record | None:
+    """One request through the Gateway from the generator's pod, by vegeta itself (the same
+    client as the load); None when it could not be made."""
+    pod = ray.core.read_namespaced_pod(gen.name, ray.namespace)
+    header = f"-header 'Host: {host}' " if host else ""
+    script = (
+        f"echo 'GET http://{address}/' | vegeta attack -rate=1/s -duration=1s -timeout=5s {header}"
+        "| vegeta encode --to json"
+    )
+    try:
+        out = ray.exec(pod, ["/bin/sh", "-c", script], timeout=30)
+    except ExecError:
+        return None
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    return parse_lines(lines[-1:])[0] if lines else None
+
+
+def answers(record: Record | None, version: str) -> bool | None:
+    """True when the probe got an answer from the app configured with `version`, else None."""
+    return True if record is not None and record.ok and record.version == version else None
+
+
+def poll_until(check: Callable[[], T | None], *, what: str, timeout: float) -> T:
+    """Ask `check` every PROBE_INTERVAL_S until it returns something; WaitTimeout otherwise.
+
+    For states only a request can show (what the app answers): there is nothing to watch."""
+    deadline = time.monotonic() + timeout
+    with progress(f"waiting for {what}") as line:
+        while True:
+            found = check()
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise WaitTimeout(what, timeout, "not yet")
+            line.update("not yet")
+            time.sleep(PROBE_INTERVAL_S)  # poll interval, not a wait for the outcome
+
+
+def load_metrics(records: list[Record], metrics: dict[str, float]) -> analysis.LoadSummary:
+    summary = analysis.summarize(records)
+    metrics.update(summary.metrics())
+    return summary
+
+
+def slug(nodeid: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", nodeid.split("::", 1)[-1]).strip("-")[:120]
+
+
+def record_timeline(
+    environment: Environment,
+    nodeid: str,
+    title: str,
+    records: list[Record],
+    samples: list[traffic.Sample],
+    start: float,
+    old: str,
+    new: str,
+) -> None:
+    """Write the per-second timeline into `<run-dir>/timelines/` (format: conformance/load/traffic.py)."""
+    data = traffic.timeline(nodeid, title, records, samples, start, {old: "old", new: "new"})
+    traffic.write_timeline(environment.options.run_dir, slug(nodeid), data)
+
+
+def max_served_step(records: list[Record], new: str) -> float:
+    """The largest rise, from one second to the next, of the share of answers from `new` (%)."""
+    shares = []
+    for second in analysis.per_second(records):
+        answered = sum(second.backends.values())
+        if answered:
+            shares.append(100 * second.backends.get(new, 0) / answered)
+    return round(max((b - a for a, b in itertools.pairwise(shares)), default=0.0), 1)
