@@ -87,7 +87,7 @@ class Environment:
         self.api = config.new_client_from_config(str(self.cluster.kubeconfig), context=self.cluster.context)
         self._install_kuberay()
         self._install_gateway()
-        self._provide_ray_images()
+        self._provide_images()
         facts = self.operator
         self.capabilities = capabilities.detect(
             self.api,
@@ -156,7 +156,7 @@ class Environment:
             )
         return resolved.version
 
-    def _provide_ray_images(self) -> None:
+    def _provide_images(self) -> None:
         if self.options.profile.kuberay.install != "local-build":
             return  # public images, pulled by the cluster
         from conformance.providers.local import images  # noqa: PLC0415
@@ -174,6 +174,14 @@ class Environment:
                     "set images.ray in the profile to localhost/kuberay-conformance/ray:{ray_version}",
                 )
             self.provider.load_image(archive)  # type: ignore[attr-defined]
+        redis = images.redis_image(cache)
+        if redis.ref != self.options.profile.redis_image:
+            raise UsageError(
+                f"profile {self.options.profile.name} names Redis image {self.options.profile.redis_image}, "
+                f"but the local build makes {redis.ref}",
+                f"set images.redis in the profile to {redis.ref}",
+            )
+        self.provider.load_image(redis)  # type: ignore[attr-defined]
 
     def teardown(self) -> list[str]:
         if self.options.keep_cluster or not self._made_cluster:

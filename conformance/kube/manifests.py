@@ -18,6 +18,16 @@ _env = jinja2.Environment(
 )
 
 
+def _gpu_limit(resources: dict[str, Any], resource: str, count: int) -> dict[str, Any]:
+    """Container resources with `count` of the GPU resource added to both limits and requests."""
+    limits = {**resources.get("limits", {}), resource: str(count)}
+    requests = {**resources.get("requests", {}), resource: str(count)}
+    return {**resources, "limits": limits, "requests": requests}
+
+
+_env.filters["gpu_limit"] = _gpu_limit
+
+
 def render(template: str, **values: Any) -> dict[str, Any]:
     """Render `template` (a path below manifests/) into one object."""
     text = _env.get_template(template).render(**values)

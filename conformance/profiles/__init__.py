@@ -40,6 +40,8 @@ class Profile:
     description: str
     ray_versions: tuple[str, ...]
     ray_image_template: str
+    # Redis for the GCS fault-tolerance checks (external storage of the head's state).
+    redis_image: str
     pull_policy: str
     kuberay: KubeRaySettings
     head_resources: dict[str, str]
@@ -107,6 +109,7 @@ def parse(data: Any, source: Path) -> Profile:
         description=reader.text("description"),
         ray_versions=tuple(str(v) for v in reader.sequence("ray_versions")),
         ray_image_template=images.text("ray"),
+        redis_image=images.text("redis"),
         pull_policy=pull_policy,
         kuberay=KubeRaySettings(
             version=kuberay.text("version"),

@@ -37,4 +37,5 @@ def manifest_values(profile: Profile, ray_version: str) -> dict[str, Any]:
         "head_num_cpus": 0,
         "workers": [],
         "autoscaling": False,
+        "gpu_resource": profile.gpu.resource,
     }

@@ -6,15 +6,16 @@ ready again with every worker alive in Ray's own view (`ray.nodes()`), not only 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from conformance.kube.manifests import render
+from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, wait_for
+from conformance.kube.wait import behaviour, wait_for, wait_gone
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("fault-recovery")
@@ -196,3 +197,258 @@ def test_operator_killed_while_reconciling_resumes_without_duplicates(
     assert len(clusters) == 1, f"RayClusters after failover: {[c['metadata']['name'] for c in clusters]}"
     jobs = client.BatchV1Api(ray.api).list_namespaced_job(ray.namespace).items
     assert [j.metadata.name for j in jobs] == ["orphaned"], "duplicate submitter Jobs after failover"
+
+
+# -- killing Ray's own processes in the head container ---------------------------------
+
+# Finds a process by its command name inside the head container (its own PID namespace,
+# made by this check), so the kill below goes to exactly that PID.
+FIND_PROCESS = (
+    "import os, sys\n"
+    "name = sys.argv[1]\n"
+    "pids = [p for p in os.listdir('/proc') if p.isdigit()\n"
+    "        and open(f'/proc/{p}/comm').read().strip() == name]\n"
+    "print(' '.join(pids))\n"
+)
+
+
+def _head_container_restarts(pod: Any) -> int:
+    return sum(s.restart_count for s in pod.status.container_statuses or [] if s.name == "ray-head")
+
+
+def _restarted(pod: Any, before: Any, restarts: int) -> bool:
+    return pod.metadata.uid != before.metadata.uid or _head_container_restarts(pod) > restarts
+
+
+@pytest.mark.parametrize("process", ["gcs_server", "raylet"])
+def test_killed_head_process_restarts_the_head_and_workers_rejoin(
+    process: str, cluster: str, ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    """A dead gcs_server or raylet ends `ray start --block`, so the head container restarts.
+
+    KubeRay runs Ray with `ray start --block`, which exits once a Ray process it started
+    dies; the kubelet then restarts the container (or, where the pod may not restart,
+    KubeRay replaces the pod). Either way the cluster must come back and its worker rejoin.
+    """
+    head = ray.head_pod(cluster)
+    restarts = _head_container_restarts(head)
+    pids = ray.exec(head, ["python", "-c", FIND_PROCESS, process]).split()
+    if len(pids) != 1:
+        raise RuntimeError(f"expected one {process} in {head.metadata.name}, found PIDs {pids}")
+    started = time.monotonic()
+    # The container may die under this exec; whether it restarted is what the wait below tells.
+    with contextlib.suppress(Exception):
+        ray.exec(head, ["kill", "-9", pids[0]], timeout=30)
+    with behaviour(f"the head restarts after its {process} was killed"):
+        wait_for(
+            ray.core.list_namespaced_pod,
+            lambda p: (
+                _ready(p) and (p.metadata.uid != head.metadata.uid or _head_container_restarts(p) > restarts)
+            ),
+            what=f"the head to restart after {process} was killed",
+            timeout=timeouts.ready,
+            namespace=ray.namespace,
+            label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head",
+        )
+        ray.wait_cluster_ready(cluster, timeouts.ready)
+    _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    metrics["recovery_s"] = round(time.monotonic() - started, 2)
+
+
+# -- GCS fault tolerance: the head's state in Redis ------------------------------------
+
+REDIS = "redis"
+FT_NAMESPACE = "krc"  # the Ray namespace the detached actor and the Serve app live in
+
+# Before the head is lost: a detached actor with state, and a Serve app, both on the worker
+# (the head offers no CPU). Prints the actor's id and this driver's job id.
+SEED_STATE = f"""
+import ray
+from ray import serve
+ray.init(address="auto", namespace="{FT_NAMESPACE}", logging_level="ERROR")
+
+@ray.remote(num_cpus=0.1, lifetime="detached", name="counter")
+class Counter:
+    def __init__(self):
+        self.value = 0
+    def incr(self):
+        self.value += 1
+        return self.value
+
+counter = Counter.remote()
+print("counter", ray.get(counter.incr.remote()))
+print("actor-id", counter._actor_id.hex())
+print("job-id", ray.get_runtime_context().get_job_id())
+
+@serve.deployment(ray_actor_options={{"num_cpus": 0.1}})
+def echo(request):
+    return "echo-ok"
+
+serve.start(proxy_location="EveryNode", http_options={{"host": "0.0.0.0", "port": 8000}})
+serve.run(echo.bind(), name="echo", route_prefix="/echo")
+print("serve-up")
+"""
+
+# After the head came back: the same actor, its state, the Serve app, and a later job id.
+READ_STATE = f"""
+import sys, time
+import ray
+from ray import serve
+ray.init(address="auto", namespace="{FT_NAMESPACE}", logging_level="ERROR")
+counter = ray.get_actor("counter")
+print("actor-id", counter._actor_id.hex())
+print("counter", ray.get(counter.incr.remote()))
+print("job-id", ray.get_runtime_context().get_job_id())
+
+# The Serve controller recovers its applications from the GCS after the head is back:
+# DEPLOYING for a while, then RUNNING again. Ask until then, for at most argv[1] seconds.
+deadline = time.monotonic() + float(sys.argv[1])
+status = None
+while time.monotonic() < deadline:
+    status = serve.status().applications["echo"].status
+    if status == "RUNNING":
+        break
+    time.sleep(1)  # poll-interval: Serve offers no watch on application status
+print("serve-status", getattr(status, "value", status))
+"""
+
+# Runs in the worker while the head is away: one request a second through the worker's own
+# Serve proxy, one line per request, until the file `stop` appears.
+SERVE_PROBE = """
+import os, time, urllib.request
+with open("/tmp/krc-serve-probe.log", "w", buffering=1) as log:
+    while not os.path.exists("/tmp/krc-serve-probe.stop"):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:8000/echo", timeout=2) as r:
+                log.write(f"{time.time():.1f} {r.status} {r.read().decode()}\\n")
+        except Exception as exc:
+            log.write(f"{time.time():.1f} error {type(exc).__name__}\\n")
+        time.sleep(1)  # poll-interval: one request a second is the probe's rate, not a wait
+"""
+
+# Starts argv[1] as a Python program in its own session, detached from this exec's streams,
+# so the exec returns at once and the program keeps running.
+START_IN_BACKGROUND = (
+    "import subprocess, sys\n"
+    "subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True,\n"
+    "                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+)
+
+
+def _fields(output: str) -> dict[str, str]:
+    """`key value` lines printed by the scripts above, as a mapping."""
+    return dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
+
+
+def _start_redis(ray: Ray, profile: Any, timeouts: Timeouts) -> Any:
+    from kubernetes import utils  # noqa: PLC0415 - only these checks apply multi-object add-ons
+
+    for obj in render_all("addons/redis.yaml", name=REDIS, image=profile.redis_image,
+                          pull_policy=profile.pull_policy):  # fmt: skip
+        utils.create_from_dict(ray.api, obj, namespace=ray.namespace)
+    return wait_for(
+        ray.core.list_namespaced_pod,
+        _ready,
+        what="Redis to be Ready",
+        timeout=timeouts.ready,
+        namespace=ray.namespace,
+        label_selector=f"app.kubernetes.io/name={REDIS}",
+    )
+
+
+def _redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str) -> int:
+    out = ray.exec(redis_pod, ["redis-cli", "--scan", "--pattern", f"*{storage_namespace}*"])
+    return len(out.split())
+
+
+@pytest.fixture
+def ft_cluster(ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts) -> tuple[str, Any]:
+    redis_pod = _start_redis(ray, profile, timeouts)
+    values = {
+        **cluster_values,
+        "name": "ft",
+        "redis_address": f"{REDIS}:6379",
+        "workers": [{"name": "small", "replicas": 1}],
+    }
+    ray.create("rayclusters", render("ray/raycluster.yaml", **values))
+    ray.wait_cluster_ready("ft", timeouts.ready)
+    _until_workers_alive(ray, "ft", 1, timeouts.ready)
+    return "ft", redis_pod
+
+
+def _storage_namespace(pod: Any) -> str:
+    return pod.metadata.annotations["ray.io/external-storage-namespace"]
+
+
+def _stop_probe(ray: Ray, worker: Any) -> list[str]:
+    ray.exec(worker, ["touch", "/tmp/krc-serve-probe.stop"])
+    return ray.exec(worker, ["cat", "/tmp/krc-serve-probe.log"]).splitlines()
+
+
+@pytest.mark.kuberay_issue(1141)
+def test_gcs_ft_detached_actor_and_serve_app_survive_head_loss(
+    ft_cluster: tuple[str, Any], ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    cluster, redis_pod = ft_cluster
+    seeded = ray.python_in_head(cluster, SEED_STATE)
+    before = _fields(seeded)
+    if before.get("counter") != "1" or "serve-up" not in seeded.split():
+        raise RuntimeError(f"could not set up the actor and the Serve app: {seeded[-500:]}")
+    head = ray.head_pod(cluster)
+    storage = _storage_namespace(head)
+    keys_before = _redis_keys(ray, redis_pod, storage)
+    assert keys_before > 0, f"the head keeps no state in Redis under its namespace {storage}"
+    (worker,) = ray.pods(cluster, "worker")
+    ray.exec(worker, ["python", "-c", START_IN_BACKGROUND, SERVE_PROBE])
+    started = time.monotonic()
+    ray.core.delete_namespaced_pod(head.metadata.name, ray.namespace)
+    with behaviour("a GCS fault-tolerant cluster gets a new head that reuses the state in Redis"):
+        ray.wait_cluster_ready(cluster, timeouts.ready)
+        after = _fields(_until_head_answers(ray, cluster, READ_STATE, timeouts.ready))
+    metrics["recovery_s"] = round(time.monotonic() - started, 2)
+    probe = _stop_probe(ray, worker)
+    failed = [line for line in probe if " 200 " not in f"{line} "]
+    metrics["serve_requests_during_head_loss"] = len(probe)
+    metrics["serve_failed_requests_during_head_loss"] = len(failed)
+    new_head = ray.head_pod(cluster)
+    assert new_head.metadata.uid != head.metadata.uid
+    assert _storage_namespace(new_head) == storage, "the new head uses another Redis namespace"
+    assert after["actor-id"] == before["actor-id"], "the detached actor was not the same after head loss"
+    assert after["counter"] == "2", f"the detached actor lost its state: counter {after['counter']}"
+    assert int(after["job-id"], 16) > int(before["job-id"], 16), (
+        f"job ids restarted ({before['job-id']} then {after['job-id']}): the GCS did not reuse Redis"
+    )
+    assert after["serve-status"] == "RUNNING", after
+    (still,) = ray.pods(cluster, "worker")
+    assert still.metadata.uid == worker.metadata.uid, "the worker pod was replaced"
+    assert probe, "the Serve probe in the worker recorded nothing"
+    assert not failed, f"the Serve app stopped answering while the head was away: {failed[:5]}"
+
+
+def _until_head_answers(ray: Ray, cluster: str, script: str, timeout: float) -> str:
+    """Run `script` on the head once Ray there accepts drivers again (it may lag the pod's readiness)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            command = ["python", "-c", script, str(timeout)]
+            return ray.exec(ray.head_pod(cluster), command, timeout=timeout + 60)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(2)  # poll-interval: a new head's GCS answers drivers a little after it is Ready
+
+
+def test_gcs_ft_cluster_deletion_cleans_its_redis_state(
+    ft_cluster: tuple[str, Any], ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    cluster, redis_pod = ft_cluster
+    storage = _storage_namespace(ray.head_pod(cluster))
+    assert _redis_keys(ray, redis_pod, storage) > 0, f"no state in Redis under {storage}"
+    started = time.monotonic()
+    ray.delete("rayclusters", cluster)
+    with behaviour("deleting a GCS fault-tolerant RayCluster removes its state from Redis"):
+        wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {cluster}", timeout=timeouts.cleanup,
+                  field_selector=f"metadata.name={cluster}")  # fmt: skip
+        left = _redis_keys(ray, redis_pod, storage)
+    metrics["cleanup_s"] = round(time.monotonic() - started, 2)
+    assert left == 0, f"{left} Redis keys of {storage} are left after the cluster was deleted"

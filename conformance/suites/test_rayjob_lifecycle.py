@@ -471,3 +471,62 @@ def test_deleting_a_running_job_removes_its_cluster_and_submitter(
             label_selector=f"ray.io/cluster={cluster}",
         )
     metrics["cleanup_s"] = round(time.monotonic() - started, 2)
+
+
+# Asks the head's job server (the API the operator calls) how one Ray job ends. Stopping is
+# asynchronous in Ray (the job's process is signalled, then reaped), so ask until the status
+# is terminal or argv[2] seconds have passed.
+RAY_JOB_END = """
+import sys, time
+from ray.job_submission import JobSubmissionClient
+jobs = JobSubmissionClient("http://127.0.0.1:8265")
+deadline = time.monotonic() + float(sys.argv[2])
+status = jobs.get_job_status(sys.argv[1])
+while not status.is_terminal() and time.monotonic() < deadline:
+    time.sleep(1)  # poll-interval: the job server offers no watch
+    status = jobs.get_job_status(sys.argv[1])
+print("ray-job-status", status.value)
+"""
+
+
+def test_deleting_a_running_job_stops_its_ray_job_first(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    """The RayJob's finalizer stops the Ray job before the RayJob goes.
+
+    The job runs in HTTPMode (no submitter pod that could stop it on its own) on a cluster
+    chosen by clusterSelector, which outlives the RayJob: its job server is then asked how
+    the Ray job ended.
+    """
+    ray.create(
+        "rayclusters",
+        render("ray/raycluster.yaml", **{**cluster_values, "name": "keeper", "head_num_cpus": 1}),
+    )
+    ray.wait_cluster_ready("keeper", timeouts.ready)
+    body = _job(
+        cluster_values,
+        "stoppable",
+        'python -c "import time; time.sleep(600)"',
+        clusterSelector={"ray.io/cluster": "keeper"},
+        submissionMode="HTTPMode",
+    )
+    del body["spec"]["rayClusterSpec"]
+    job = _start(ray, body)
+    running = job.until(
+        lambda o: _status(o).get("jobStatus") == "RUNNING",
+        "the Ray job of RayJob stoppable to run",
+        _job_timeout(timeouts),
+    )
+    assert "ray.io/rayjob-finalizer" in running["metadata"].get("finalizers", []), running["metadata"]
+    job_id = _status(running)["jobId"]
+    ray.delete("rayjobs", "stoppable")
+    with behaviour("deleting a running RayJob stops its Ray job before the RayJob is gone"):
+        wait_gone(
+            ray.list_fn("rayjobs"),
+            what="RayJob stoppable",
+            timeout=timeouts.cleanup,
+            field_selector="metadata.name=stoppable",
+        )
+        command = ["python", "-c", RAY_JOB_END, job_id, str(timeouts.cleanup)]
+        out = ray.exec(ray.head_pod("keeper"), command, timeout=timeouts.cleanup + 60)
+        assert "ray-job-status STOPPED" in out, f"the Ray job of a deleted RayJob did not stop: {out}"

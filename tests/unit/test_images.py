@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.errors import UsageError
+from conformance.errors import ProvisioningError, UsageError
 from conformance.providers.local import images
 from conformance.providers.local.images import ImageArchive, ImageConfig
 
@@ -246,3 +246,13 @@ def test_buildah_traces_in_a_directory_others_now_use_stay(tmp_path: Path) -> No
         (cache_file.parent / "other-tool.db").write_bytes(b"x")
     assert not cache_file.exists()
     assert (cache_file.parent / "other-tool.db").exists()
+
+
+def test_redis_image_runs_as_the_numeric_user_the_package_created(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text(
+        "root:x:0:0::/root:/bin/bash\nredis:x:100:101::/var/lib/redis:/usr/sbin/nologin\n"
+    )
+    assert images._passwd_ids(tmp_path, "redis") == "100:101"
+    with pytest.raises(ProvisioningError, match="valkey user is missing"):
+        images._passwd_ids(tmp_path, "valkey")

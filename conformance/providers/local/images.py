@@ -54,6 +54,10 @@ RAY_PACKAGES = ("python3", "python3-venv", "wget", "ca-certificates", "procps")
 # module scope since 2.57 (ray-project/ray#65507, fixed by PR #65542 after 2.58), so
 # without it a RayService's Serve controller cannot even start.
 RAY_EXTRA_REQUIREMENTS = ("jinja2",)
+# Redis (GCS fault tolerance): Debian's own package; no shell tools are needed beyond minbase.
+REDIS_PACKAGES = ("redis-server",)
+REDIS_RECIPE_REVISION = "1"
+REDIS_DATA = "/data"
 RAY_VENV = "/opt/ray"
 RAY_HOME = "/home/ray"
 # Like the official rayproject/ray images: uid 1000 in group users, numeric so that
@@ -661,12 +665,12 @@ def _ray_requirement(ray_version: str) -> str:
     return f"ray[default,serve]=={ray_version}"
 
 
-def _debootstrap(rootfs: Path, suite: str, log: Path) -> None:
+def _debootstrap(rootfs: Path, suite: str, log: Path, packages: Sequence[str] = RAY_PACKAGES) -> None:
     _require("debootstrap", "debootstrap")
     # Its own mount namespace: debootstrap mounts /proc and /sys inside the target, and an
     # interrupted run must not leave them mounted under the cache directory.
     cmd = [_require("unshare", "util-linux"), "--mount", "--propagation", "private"]
-    cmd += debootstrap_command(suite, rootfs, DEBIAN_MIRROR, RAY_PACKAGES)
+    cmd += debootstrap_command(suite, rootfs, DEBIAN_MIRROR, packages)
     _run(cmd, log, f"debootstrap {suite}", f"check that {DEBIAN_MIRROR} is reachable and serves {suite}")
 
 
@@ -783,6 +787,77 @@ def _verify_ray_rootfs(rootfs: Path, config: ImageConfig, ray_version: str, log:
     )
     if f"version {ray_version}" not in out:
         raise ProvisioningError(f"`ray --version` in the image did not report {ray_version}", f"see {log}")
+
+
+# --- Redis ---------------------------------------------------------------------------
+
+
+def redis_image(cache_dir: Path, debian_suite: str = "bookworm") -> ImageArchive:
+    """Redis for GCS fault tolerance: Debian's redis-server package on a minbase rootfs.
+
+    Tagged by the Debian suite (its Redis is what that suite ships); the exact Redis
+    version is a label of the image and is checked when it is built.
+    """
+    if not _SUITE.match(debian_suite):
+        raise UsageError(f"{debian_suite!r} is not a Debian suite name", "use e.g. bookworm or trixie")
+    inputs = {
+        "kind": "redis",
+        "recipe": REDIS_RECIPE_REVISION,
+        "suite": debian_suite,
+        "mirror": DEBIAN_MIRROR,
+        "packages": list(REDIS_PACKAGES),
+    }
+
+    def build(work: Path, ref: str, log: Path) -> None:
+        with progress(f"building image {ref}") as line:
+            rootfs = work / "rootfs"
+            line.update("debootstrap")
+            _debootstrap(rootfs, debian_suite, log, REDIS_PACKAGES)
+            _slim(rootfs)
+            user = _passwd_ids(rootfs, "redis")
+            data = rootfs / REDIS_DATA.lstrip("/")
+            data.mkdir(parents=True, exist_ok=True)
+            os.chown(data, *(int(part) for part in user.split(":")))
+            line.update("checking the rootfs")
+            version = _redis_version(rootfs, user, log)
+            config = ImageConfig(
+                entrypoint=("/usr/bin/redis-server",),
+                env=(f"PATH={SYSTEM_PATH}",),
+                workdir=REDIS_DATA,
+                user=user,
+                labels={"org.opencontainers.image.version": version},
+            )
+            line.update("packing")
+            pack_rootfs(rootfs, ref, config, work / ARCHIVE_NAME, work=work, log=log)
+            _remove_tree(rootfs)
+
+    return _cached_build(cache_dir, "redis", debian_suite, inputs, build)
+
+
+def _passwd_ids(rootfs: Path, name: str) -> str:
+    """`uid:gid` of a user the packages created: numeric, so the kubelet can check runAsNonRoot."""
+    for line in (rootfs / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == name:
+            return f"{fields[2]}:{fields[3]}"
+    raise ProvisioningError(f"the {name} user is missing from the image", "check the package list")
+
+
+def _redis_version(rootfs: Path, user: str, log: Path) -> str:
+    out = _chroot(
+        rootfs,
+        ["/usr/bin/redis-server", "--version"],
+        log,
+        "checking redis-server in the rootfs",
+        "see the log",
+        env={"PATH": SYSTEM_PATH},
+        user=user,
+        capture=True,
+    )
+    match = re.search(r"\bv=(\d+\.\d+\.\d+)", out)
+    if not match:
+        raise ProvisioningError(f"`redis-server --version` printed no version: {out[:200]}", f"see {log}")
+    return match.group(1)
 
 
 # --- import --------------------------------------------------------------------------
@@ -907,6 +982,7 @@ __all__ = [
     "import_image",
     "pause_image",
     "ray_image",
+    "redis_image",
     "toolbox_image",
     "vegeta_image",
 ]
