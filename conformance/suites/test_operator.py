@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from conformance.capabilities import Capabilities
 from conformance.environment import Environment
-from conformance.install import kuberay
-from conformance.kube.wait import behaviour, wait_for
+from conformance.errors import ProvisioningError
+from conformance.install import crd_drift, kuberay, scoped_operator
+from conformance.kube.manifests import render
+from conformance.kube.ray import Ray
+from conformance.kube.wait import behaviour, holds_for, wait_for
+from conformance.plugin import NOT_APPLICABLE, RUN_LABEL
+from conformance.profiles import Profile
+from conformance.suites import cronjobs
+from conformance.suites.conftest import manifest_values
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("operator")
@@ -92,3 +104,216 @@ def test_operator_is_ready_and_recovers_after_its_pod_is_deleted(
     # Ready is not enough: a new leader must take the lease, or nothing reconciles.
     kuberay.wait_ready(api, conformance.operator_spec, timeouts.ready)  # type: ignore[arg-type]
     metrics["operator_leader_s"] = round(time.monotonic() - deleted_at, 2)
+
+
+# -- rayVersion -------------------------------------------------------------------------
+
+
+def test_ray_version_alone_does_not_change_the_image(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    """rayVersion tells KubeRay which Ray features to expect; the image is the pod template's alone."""
+    name = "rayver"
+    ray.create("rayclusters", render("ray/raycluster.yaml", **{**cluster_values, "name": name}))
+    ray.wait_cluster_ready(name, timeouts.ready)
+    before = {p.metadata.uid: _images(p) for p in ray.pods(name)}
+    assert all(images == [cluster_values["image"]] for images in before.values()), before
+    ray.patch("rayclusters", name, {"spec": {"rayVersion": OTHER_RAY_VERSION}})
+    assert ray.get("rayclusters", name)["spec"]["rayVersion"] == OTHER_RAY_VERSION
+    broken = holds_for(
+        ray.core.list_namespaced_pod,
+        lambda pod: before.get(pod.metadata.uid) == _images(pod),
+        what=f"the pods of {name} keep their images after rayVersion changes",
+        duration=timeouts.apply,
+        namespace=ray.namespace,
+        label_selector=f"ray.io/cluster={name}",
+    )
+    assert not broken, f"after rayVersion {cluster_values['ray_version']} -> {OTHER_RAY_VERSION}: {broken}"
+
+
+# Any other released Ray version: only that it differs from the one under test matters.
+OTHER_RAY_VERSION = "2.52.0"
+
+
+def _images(pod: client.V1Pod) -> list[str]:
+    return [c.image for c in pod.spec.containers]
+
+
+# -- RayCronJob -------------------------------------------------------------------------
+
+
+@pytest.mark.requires("kuberay>=1.6.0")
+def test_raycronjob_with_the_gate_off_creates_no_rayjob(
+    ray: Ray, cluster_values: dict[str, Any], capabilities: Capabilities
+) -> None:
+    if capabilities.feature_gates.get("RayCronJob"):
+        pytest.skip(NOT_APPLICABLE + "the installed operator runs with the RayCronJob gate on")
+    name = "gate-off"
+    ray.create("raycronjobs", render("ray/raycronjob.yaml", **{**cluster_values, "name": name}))
+    # The window is the observation: past the next tick, with the operator's reaction time on top.
+    window = cronjobs.seconds_to_next_minute(datetime.now(UTC)) + TICK_GRACE_S
+    broken = holds_for(
+        ray.list_fn("raycronjobs"),
+        lambda cron: not cron.get("status", {}).get("lastScheduleTime"),
+        what=f"RayCronJob {name} is never scheduled",
+        duration=window,
+        field_selector=f"metadata.name={name}",
+    )
+    made = ray.list_fn("rayjobs")(label_selector=f"{cronjobs.CRON_LABEL}={name}")["items"]
+    assert not broken, f"with the RayCronJob gate off, the RayCronJob was scheduled: {broken}"
+    assert not made, f"with the gate off, RayJobs were made: {[j['metadata']['name'] for j in made]}"
+
+
+# How long after a tick the operator may take to create its RayJob.
+TICK_GRACE_S = 20
+
+
+@dataclass
+class CronSetup:
+    operator: scoped_operator.ScopedOperator
+    watched: Ray  # where the scoped operator reconciles
+    other: Ray  # a namespace it does not watch
+    name: str = "every-minute"
+
+
+@pytest.fixture(scope="module")
+def cron_setup(
+    api: client.ApiClient,
+    conformance: Environment,
+    module_namespace: str,
+    profile: Profile,
+    ray_version: str,
+    timeouts: Timeouts,
+    capabilities: Capabilities,
+    request: pytest.FixtureRequest,
+) -> Iterator[CronSetup]:
+    """A second operator with the RayCronJob gate on, watching only this module's namespace.
+
+    The installed operator is shared and must not be reconfigured, so the gate-on behaviour is
+    observed on an operator of the same image that this module runs itself. The same RayCronJob
+    goes into the watched namespace and into one it does not watch.
+    """
+    if capabilities.feature_gates.get("RayCronJob"):
+        # The installed operator would schedule them too; nothing could be told apart.
+        pytest.skip(NOT_APPLICABLE + "the installed operator runs RayCronJobs itself (gate on)")
+    facts = kuberay.observed_operator(api, conformance.operator_namespace)
+    other = f"{module_namespace}-other"[:63]
+    run_id = conformance.options.run_id
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": other, "labels": {RUN_LABEL: run_id}}})
+    try:
+        operator = scoped_operator.ScopedOperator(
+            name="kuberay-operator-scoped",
+            namespace=module_namespace,
+            watch_namespaces=(module_namespace,),
+            image=facts.image,
+            version=facts.version,
+            feature_gates={"RayCronJob": True},
+        )
+        scoped_operator.start(api, operator, timeouts.ready)
+        setup = CronSetup(operator, Ray(api, module_namespace), Ray(api, other))
+        values = {**manifest_values(profile, ray_version), "name": setup.name}
+        for where in (setup.watched, setup.other):
+            where.create("raycronjobs", render("ray/raycronjob.yaml", **values))
+        yield setup
+    finally:
+        core.delete_namespace(other)
+
+
+def _made_by(ray: Ray, cron: str) -> list[dict[str, Any]]:
+    return ray.list_fn("rayjobs")(label_selector=f"{cronjobs.CRON_LABEL}={cron}")["items"]
+
+
+def _wait_ticks(setup: CronSetup, ticks: int) -> list[dict[str, Any]]:
+    """Wait until RayJobs for `ticks` distinct schedule times exist; return them all."""
+    ray = setup.watched
+    with behaviour(f"the RayCronJob makes a RayJob for each of {ticks} ticks"):
+        ray.wait(
+            "raycronjobs",
+            setup.name,
+            lambda _cron: len(set(cronjobs.scheduled_times(_made_by(ray, setup.name)))) >= ticks,
+            what=f"RayJobs of {setup.name} for {ticks} ticks",
+            timeout=60.0 * ticks + TICK_GRACE_S,
+            describe=lambda cron: f"lastScheduleTime={cron.get('status', {}).get('lastScheduleTime')}",
+        )
+    return _made_by(ray, setup.name)
+
+
+def test_watch_namespace_limits_the_operator_to_its_namespace(
+    cron_setup: CronSetup, api: client.ApiClient, metrics: dict[str, float]
+) -> None:
+    """Only the scoped operator runs RayCronJobs, so whatever happens to one is its doing."""
+    started = time.monotonic()
+    made = _wait_ticks(cron_setup, 1)
+    metrics["first_rayjob_s"] = round(time.monotonic() - started, 2)
+    assert made, "the scoped operator made no RayJob in the namespace it watches"
+    other = cron_setup.other.get("raycronjobs", cron_setup.name)
+    assert not other.get("status"), f"a RayCronJob it does not watch got a status: {other['status']}"
+    stray = _made_by(cron_setup.other, cron_setup.name)
+    assert not stray, f"RayJobs outside the watched namespace: {[j['metadata']['name'] for j in stray]}"
+    logs = scoped_operator.logs(api, cron_setup.operator)
+    assert cron_setup.other.namespace not in logs, "the scoped operator's log names the unwatched namespace"
+    # Only Roles in its namespace: a cluster-wide list or watch would be refused and logged.
+    refused = [line for line in logs.splitlines() if "forbidden" in line.lower()]
+    assert not refused, f"the scoped operator needed more than its namespace's RBAC: {refused[:3]}"
+
+
+def test_raycronjob_makes_one_rayjob_per_tick_without_duplicates(cron_setup: CronSetup) -> None:
+    made = _wait_ticks(cron_setup, 2)
+    times = cronjobs.scheduled_times(made)
+    assert all(times), f"RayJobs without {cronjobs.SCHEDULED_ANNOTATION}: {times}"
+    assert not cronjobs.duplicated_ticks(times), f"more than one RayJob for a tick: {times}"
+    assert cronjobs.tick_gaps_s(times) and all(gap == 60 for gap in cronjobs.tick_gaps_s(times)), times
+    owners = {tuple(o["name"] for o in j["metadata"].get("ownerReferences", [])) for j in made}
+    assert owners == {(cron_setup.name,)}, f"owners of the RayJobs: {owners}"
+
+
+@pytest.mark.requires("kuberay>=1.7.0")  # 1.6.x names them <cron>-<5 random characters>
+def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSetup) -> None:
+    made = _wait_ticks(cron_setup, 1)
+    for job in made:
+        scheduled = job["metadata"]["annotations"][cronjobs.SCHEDULED_ANNOTATION]
+        expected = cronjobs.minutes_name(cron_setup.name, scheduled)
+        assert job["metadata"]["name"] == expected, f"RayJob for {scheduled}: {job['metadata']['name']}"
+
+
+def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
+    ray = cron_setup.watched
+    ray.patch("raycronjobs", cron_setup.name, {"spec": {"suspend": True}})
+    before = {j["metadata"]["name"] for j in _made_by(ray, cron_setup.name)}
+    last = ray.get("raycronjobs", cron_setup.name).get("status", {}).get("lastScheduleTime")
+    window = cronjobs.seconds_to_next_minute(datetime.now(UTC)) + TICK_GRACE_S
+    broken = holds_for(
+        ray.list_fn("raycronjobs"),
+        lambda cron: cron.get("status", {}).get("lastScheduleTime") == last,
+        what=f"suspended RayCronJob {cron_setup.name} is not scheduled",
+        duration=window,
+        field_selector=f"metadata.name={cron_setup.name}",
+    )
+    after = {j["metadata"]["name"] for j in _made_by(ray, cron_setup.name)}
+    assert not broken, f"a suspended RayCronJob was scheduled: {broken}"
+    assert after == before, f"new RayJobs while suspended: {sorted(after - before)}"
+
+
+# -- CRD lifecycle ----------------------------------------------------------------------
+
+
+def test_served_crds_match_the_operator_version(conformance: Environment, api: client.ApiClient) -> None:
+    """A mismatch is a finding with the command that fixes it (Helm never upgrades CRDs)."""
+    version = _facts(conformance, api).version
+    try:
+        bases = kuberay.module_dir(version) / "config" / "crd" / "bases"
+    except (ProvisioningError, OSError) as exc:  # no Go, or the proxy does not serve the version
+        pytest.skip(NOT_APPLICABLE + f"the CRDs of KubeRay {version} cannot be read here: {exc}")
+    expected = kuberay.crd_documents(bases)
+    ext = client.ApiextensionsV1Api(api)
+    served = {
+        crd.metadata.name: kuberay.api_to_dict(crd)
+        for crd in ext.list_custom_resource_definition().items
+        if crd.spec.group == "ray.io"
+    }
+    found = crd_drift.drift(served, expected)
+    assert not found, (
+        f"the served Ray CRDs are not those of the operator {version}: {found}; "
+        f"fix: {crd_drift.fix_command(version)}"
+    )

@@ -1,0 +1,86 @@
+"""A second, namespace-scoped KubeRay operator that a check runs beside the shared one.
+
+Checks use it where they need an operator configured differently from the installed one (a
+feature gate on, `--watch-namespace`) without touching the installed one, which other checks
+(and other people) rely on. It runs the installed operator's image, so its version is the
+version under test, with the chart's arguments for that version except: watch namespaces,
+no leader election, the gates asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from conformance.install import kuberay
+from conformance.kube.manifests import render_all
+from conformance.kube.wait import wait_for
+
+TEMPLATE = "kuberay/scoped-operator.yaml"
+
+
+@dataclass(frozen=True)
+class ScopedOperator:
+    name: str
+    namespace: str  # where it runs
+    watch_namespaces: tuple[str, ...]
+    image: str
+    version: str  # the installed operator's, read back from its image
+    feature_gates: dict[str, bool] = field(default_factory=dict, hash=False)  # beyond the chart's
+
+    @property
+    def selector(self) -> str:
+        return f"app.kubernetes.io/name={self.name}"
+
+    def args(self) -> list[str]:
+        spec = kuberay.OperatorSpec(
+            version=self.version,
+            namespace=self.namespace,
+            watch_namespaces=self.watch_namespaces,
+            leader_election=False,
+        ).with_gates(**self.feature_gates)
+        return kuberay.chart_args(spec)
+
+    def objects(self, rules: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """ServiceAccount, a Role and RoleBinding per watched namespace, and the Deployment."""
+        return render_all(
+            TEMPLATE,
+            name=self.name,
+            namespace=self.namespace,
+            watch_namespaces=self.watch_namespaces,
+            rules=list(rules),
+            image=self.image,
+            args=self.args(),
+        )
+
+
+def installed_rules(api: client.ApiClient, cluster_role: str = kuberay.NAME) -> list[dict[str, Any]]:
+    """The rules of the installed operator's ClusterRole, to be granted per namespace instead."""
+    role = client.RbacAuthorizationV1Api(api).read_cluster_role(cluster_role)
+    return [rule for rule in kuberay.api_to_dict(role).get("rules", []) if not rule.get("nonResourceURLs")]
+
+
+def start(api: client.ApiClient, operator: ScopedOperator, timeout: float) -> client.V1Pod:
+    """Apply its objects and wait for its pod to be Ready; returns that pod."""
+    dynamic = DynamicClient(api)
+    for doc in operator.objects(installed_rules(api)):
+        kuberay.apply_object(dynamic, doc)
+    return wait_for(
+        client.CoreV1Api(api).list_namespaced_pod,
+        lambda pod: any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []),
+        what=f"the scoped operator {operator.namespace}/{operator.name} to be Ready",
+        timeout=timeout,
+        describe=lambda pod: pod.status.phase or "",
+        namespace=operator.namespace,
+        label_selector=operator.selector,
+    )
+
+
+def logs(api: client.ApiClient, operator: ScopedOperator) -> str:
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(operator.namespace, label_selector=operator.selector).items
+    return "\n".join(core.read_namespaced_pod_log(p.metadata.name, operator.namespace) for p in pods)
