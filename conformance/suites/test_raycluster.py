@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from conformance.kube.manifests import render
+from conformance.environment import Environment
+from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, wait_for, wait_gone
+from conformance.plugin import NOT_APPLICABLE
 from conformance.profiles import Profile
 from conformance.suites.conftest import manifest_values
 from conformance.timeouts import Timeouts
@@ -210,3 +214,163 @@ def test_deleting_the_raycluster_removes_its_pods_and_services(
             label_selector="ray.io/cluster=hw",
         )
     metrics["cleanup_s"] = round(time.monotonic() - started, 2)
+
+
+# -- data preservation -------------------------------------------------------------------
+
+CLAIM = "data"
+MOUNT = "/data"
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+@pytest.fixture
+def claim(api: client.ApiClient, namespace: str, conformance: Environment) -> Iterator[str]:
+    """A claim on the default StorageClass; where there is none, on a hostPath PersistentVolume
+    made here for this claim alone, which only works on a one-node cluster."""
+    core = client.CoreV1Api(api)
+    classes = client.StorageV1Api(api).list_storage_class().items
+    static = not any((c.metadata.annotations or {}).get(DEFAULT_CLASS) == "true" for c in classes)
+    if static and len(core.list_node().items) != 1:
+        pytest.skip(
+            NOT_APPLICABLE + "no default StorageClass, and a hostPath volume needs a one-node cluster"
+        )
+    pv_name = f"krc-{namespace}"[:63]
+    objects = render_all(
+        "storage/volume.yaml",
+        static_pv=static,
+        pv_name=pv_name,
+        run_id=conformance.options.run_id,
+        namespace=namespace,
+        claim=CLAIM,
+        host_path=f"{HOST_VOLUMES}/{pv_name}",
+    )
+    for obj in objects:
+        if obj["kind"] == "PersistentVolume":
+            core.create_persistent_volume(obj)
+        else:
+            core.create_namespaced_persistent_volume_claim(namespace, obj)
+    yield CLAIM
+    if static:
+        # Released once the namespace (and so the claim) is gone; Retain keeps the data until then.
+        core.delete_persistent_volume(pv_name)
+
+
+# Where the hostPath volumes live on the node when the cluster provisions none.
+HOST_VOLUMES = "/var/tmp/kuberay-conformance-volumes"
+
+
+CHMOD_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
+
+
+def _mount_claim(pod_spec: dict[str, Any], claim: str) -> None:
+    mount = [{"name": "data", "mountPath": MOUNT}]
+    ray_container = pod_spec["containers"][0]
+    pod_spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+    ray_container["volumeMounts"] = mount
+    # A new volume belongs to root (hostPath ones always: fsGroup does not apply to them) and
+    # Ray runs as another user; this lets it write.
+    pod_spec["initContainers"] = [{
+        "name": "writable", "image": ray_container["image"],
+        "imagePullPolicy": ray_container["imagePullPolicy"],
+        "command": ["chmod", "0777", MOUNT], "securityContext": {"runAsUser": 0},
+        "resources": CHMOD_RESOURCES,
+        "volumeMounts": mount,
+    }]  # fmt: skip
+
+
+def _read_back(ray: Ray, values: dict[str, Any], claim: str, file: str, timeouts: Timeouts) -> str:
+    """Start a pod on the claim that prints `file` and removes it (the volume outlives the run)."""
+    name = f"read-{file}"
+    pod = render("storage/reader.yaml", **{**values, "name": name, "claim": claim, "file": file})
+    ray.core.create_namespaced_pod(ray.namespace, pod)
+    done = wait_for(
+        ray.core.list_namespaced_pod,
+        lambda p: p.status.phase in ("Succeeded", "Failed"),
+        what=f"pod {name} to read {MOUNT}/{file}",
+        timeout=timeouts.ready,
+        describe=lambda p: p.status.phase or "",
+        namespace=ray.namespace,
+        field_selector=f"metadata.name={name}",
+    )
+    log = ray.core.read_namespaced_pod_log(name, ray.namespace)
+    assert done.status.phase == "Succeeded", f"reading {MOUNT}/{file} failed: {log[-300:]}"
+    return log
+
+
+def _pods_gone(ray: Ray, cluster: str, behaviour_name: str, timeouts: Timeouts) -> None:
+    with behaviour(behaviour_name):
+        wait_gone(
+            ray.core.list_namespaced_pod,
+            what=f"the pods of {cluster}",
+            timeout=timeouts.cleanup,
+            namespace=ray.namespace,
+            label_selector=f"ray.io/cluster={cluster}",
+        )
+
+
+def _claim_kept(ray: Ray, claim: str) -> None:
+    pvc = ray.core.read_namespaced_persistent_volume_claim(claim, ray.namespace)
+    assert pvc.metadata.deletion_timestamp is None, f"claim {claim} is being deleted with the cluster"
+    assert pvc.status.phase == "Bound", f"claim {claim} is {pvc.status.phase}"
+
+
+def test_a_claim_outlives_its_raycluster_with_its_data(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    claim: str,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+) -> None:
+    name, marker = "volume", uuid.uuid4().hex
+    body = render("ray/raycluster.yaml", **{**cluster_values, "name": name, "head_num_cpus": 1})
+    _mount_claim(body["spec"]["headGroupSpec"]["template"]["spec"], claim)
+    ray.create("rayclusters", body)
+    ray.wait_cluster_ready(name, timeouts.ready)
+    ray.python_in_head(name, f"open('{MOUNT}/marker', 'w').write('{marker}')")
+    started = time.monotonic()
+    ray.delete("rayclusters", name)
+    _pods_gone(ray, name, "deleting a RayCluster removes its pods", timeouts)
+    metrics["cleanup_s"] = round(time.monotonic() - started, 2)
+    _claim_kept(ray, claim)
+    assert _read_back(ray, cluster_values, claim, "marker", timeouts).strip() == marker
+
+
+def test_a_rayjob_result_on_a_claim_is_readable_after_its_cluster_is_gone(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    claim: str,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+) -> None:
+    name = "writes-result"
+    body = render(
+        "ray/rayjob.yaml",
+        **{**cluster_values, "name": name, "entrypoint": WRITE_RESULT, "shutdown_after_job_finishes": True},
+        # The default submitter asks for more CPU than a busy two-core node may have left.
+        submitter_image=cluster_values["image"],
+    )
+    body["spec"]["ttlSecondsAfterFinished"] = 0
+    _mount_claim(body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"], claim)
+    started = time.monotonic()
+    ray.create("rayjobs", body)
+    job = ray.wait(
+        "rayjobs",
+        name,
+        lambda j: j.get("status", {}).get("jobDeploymentStatus") in ("Complete", "Failed"),
+        what=f"RayJob {name} to finish",
+        timeout=timeouts.ready + timeouts.cleanup,
+    )
+    assert job["status"].get("jobStatus") == "SUCCEEDED", f"RayJob {name}: {job['status']}"
+    metrics["job_complete_s"] = round(time.monotonic() - started, 2)
+    cluster = job["status"]["rayClusterName"]
+    _pods_gone(ray, cluster, "shutdownAfterJobFinishes deletes the RayJob's cluster", timeouts)
+    assert not ray.list_fn("rayclusters")(field_selector=f"metadata.name={cluster}")["items"]
+    _claim_kept(ray, claim)
+    assert _read_back(ray, cluster_values, claim, "result", timeouts).strip() == str(sum(range(1000)))
+
+
+# Runs on the RayJob's head; the result goes to the claim, not to the job's log.
+WRITE_RESULT = (
+    'python -c "import ray; ray.init(); f = ray.remote(lambda: sum(range(1000))); '
+    f"open('{MOUNT}/result', 'w').write(str(ray.get(f.remote())))\""
+)
