@@ -172,9 +172,9 @@ def test_the_token_never_appears_in_the_run_artifacts(
     """A diagnostics bundle of the secured cluster is made on purpose (as a failure would make it);
     then every file of the run so far, and the results not yet written, are searched for the token.
 
-    summary.json, junit.xml and index.html are written after the last check: what they will hold
-    is searched here in its in-memory form (the results so far); `tests/e2e` is where a whole run's
-    folder would be searched after the fact.
+    summary.json, junit.xml, index.html and the Allure page are written after the last check:
+    only the results they are made from are searched here, as they stand when this check runs.
+    Nothing yet searches those files in their final form.
     """
     _requires_token_auth(capabilities, ray_version)
     token = _token(shared)
