@@ -37,9 +37,13 @@ class Capabilities:
     def missing(self, need: str, gateway_class: str = "") -> str:
         """Why the precondition `need` is absent, or "" when it holds.
 
-        `need` is one of: gpu, gateway_api, gate:<Name>, kuberay>=<version>, kubernetes>=<version>.
+        `need` is one of: gpu, real_gpu, gateway_api, gate:<Name>, kuberay>=<version>, kubernetes>=<version>.
         """
         if need == "gpu":
+            return "" if self.gpu_capacity > 0 else "the cluster has no allocatable GPUs"
+        if need == "real_gpu":
+            if self.simulated_gpus:
+                return "the cluster's GPUs are simulated (an extended resource on a CPU host): no CUDA device"
             return "" if self.gpu_capacity > 0 else "the cluster has no allocatable GPUs"
         if need == "gateway_api":
             if not self.gateway_api:

@@ -111,3 +111,19 @@ def test_capabilities_explain_what_is_missing() -> None:
     assert caps.missing("kuberay>=1.7.0") == "kuberay v1.6.2 is older than 1.7.0"
     assert caps.missing("kubernetes>=1.30") == ""
     assert version_tuple("v1.35.4-dispatcher") == (1, 35, 4)
+
+
+def test_simulated_gpus_serve_scheduling_checks_but_not_cuda_ones() -> None:
+    simulated = Capabilities(
+        kubernetes_version="v1.35.4",
+        kuberay_version="v1.6.2",
+        feature_gates={},
+        gpu_capacity=2,
+        simulated_gpus=True,
+    )
+    assert simulated.missing("gpu") == ""
+    assert "simulated" in simulated.missing("real_gpu")
+    real = Capabilities(
+        kubernetes_version="v1.35.4", kuberay_version="v1.6.2", feature_gates={}, gpu_capacity=1
+    )
+    assert real.missing("real_gpu") == ""

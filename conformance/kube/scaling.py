@@ -1,0 +1,138 @@
+"""Watching a RayCluster scale: desired replicas, pods by phase and Ray's alive nodes over time.
+
+A `ScaleWatcher` samples in a background thread while a check drives demand up and down,
+so the check can assert on the whole history (never above maxReplicas, never a partial
+multi-host replica) and the report can draw it. Ray's own view comes from the head's
+dashboard through the API server's pod proxy: no exec, no port-forward, cheap enough to
+ask every couple of seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.kube.ray import Ray
+from conformance.report.timelines import AutoscalingRecording
+
+DASHBOARD_PORT = 8265
+SAMPLE_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    desired: int  # spec.workerGroupSpecs[].replicas: what the autoscaler asked for
+    pods: dict[str, int]  # pods of the group that are not being deleted, by phase
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # seconds since the watcher started
+    groups: dict[str, GroupSample]
+    ray_alive_workers: int | None  # None: the dashboard did not answer this time
+
+    def pods(self, group: str, phase: str | None = None) -> int:
+        counts = self.groups[group].pods if group in self.groups else {}
+        return counts.get(phase, 0) if phase else sum(counts.values())
+
+
+@dataclass
+class ScaleWatcher:
+    ray: Ray
+    cluster: str
+    recording: AutoscalingRecording | None = None
+    every_s: float = SAMPLE_EVERY_S
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"scale-watcher-{self.cluster}", daemon=True)
+        self._started = time.monotonic()
+
+    def __enter__(self) -> ScaleWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def event(self, label: str) -> float:
+        """Mark a moment (demand added, demand removed); returns its time on the watcher's clock."""
+        t = round(time.monotonic() - self._started, 2)
+        if self.recording:
+            self.recording.event(label)
+        return t
+
+    def max_desired(self, group: str) -> int:
+        return max((s.groups[group].desired for s in self.samples if group in s.groups), default=0)
+
+    def max_pods(self, group: str) -> int:
+        return max((s.pods(group) for s in self.samples), default=0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._take()
+            except Exception as exc:  # noqa: BLE001 - one lost sample is not a reason to stop watching
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(self.every_s)  # poll-interval: the sampling period of the timeline
+
+    def _take(self) -> None:
+        cluster = self.ray.get("rayclusters", self.cluster)
+        pods = [p for p in self.ray.pods(self.cluster) if p.metadata.deletion_timestamp is None]
+        groups = {}
+        for spec in cluster["spec"].get("workerGroupSpecs", []):
+            name = spec["groupName"]
+            mine = [p for p in pods if p.metadata.labels.get("ray.io/group") == name]
+            phases = dict(Counter(p.status.phase for p in mine))
+            groups[name] = GroupSample(int(spec.get("replicas", 0)), phases)
+        head = next((p for p in pods if p.metadata.labels.get("ray.io/node-type") == "head"), None)
+        sample = Sample(round(time.monotonic() - self._started, 2), groups, self._alive_workers(head))
+        self.samples.append(sample)
+        self._record(sample)
+
+    def _alive_workers(self, head: Any) -> int | None:
+        if head is None or head.status.phase != "Running":
+            return None
+        try:
+            raw = self.ray.core.connect_get_namespaced_pod_proxy_with_path(
+                f"{head.metadata.name}:{DASHBOARD_PORT}",
+                self.ray.namespace,
+                "api/v0/nodes",
+                _preload_content=False,
+                _request_timeout=5,
+            )
+            return alive_workers(json.loads(raw.data))
+        except Exception:  # noqa: BLE001 - the dashboard is down while the head restarts
+            return None
+
+    def _record(self, sample: Sample) -> None:
+        if not self.recording:
+            return
+        for name, group in sample.groups.items():
+            self.recording.replicas(name, group.pods.get("Running", 0), group.desired, t=sample.t)
+            self.recording.replicas(f"{name} pending", group.pods.get("Pending", 0), t=sample.t)
+        if sample.ray_alive_workers is not None:
+            self.recording.replicas("Ray alive workers", sample.ray_alive_workers, t=sample.t)
+
+
+def alive_workers(listing: dict[str, Any]) -> int:
+    """Alive non-head nodes in a `GET /api/v0/nodes` answer of Ray's state API."""
+    nodes = listing["data"]["result"]["result"]
+    return sum(1 for n in nodes if n.get("state") == "ALIVE" and not n.get("is_head_node"))
+
+
+def partial_replica_streak(samples: list[Sample], group: str, hosts: int) -> int:
+    """The longest run of consecutive samples in which `group` had a partial multi-host replica
+    (a pod count that is not a multiple of `hosts`): one sample may catch pods mid-creation."""
+    longest = current = 0
+    for sample in samples:
+        current = current + 1 if sample.pods(group) % hosts else 0
+        longest = max(longest, current)
+    return longest

@@ -1,0 +1,127 @@
+"""What the autoscaling and GPU checks share: demand made of detached actors, and waits on scale.
+
+Demand is a set of named detached actors (`hold-0`, `hold-1`, ...) asking for CPUs or GPUs:
+they outlive the driver that made them, so demand stays until a check releases it, and
+unmet ones stay pending, which is what drives the autoscaler.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+
+from conformance.kube.manifests import render
+from conformance.kube.ray import Ray
+from conformance.kube.scaling import ScaleWatcher
+from conformance.kube.wait import WaitTimeout, wait_for
+from conformance.progress import progress
+from conformance.timeouts import Timeouts
+
+# Scripts run by `python -c` in the head; argv carries the numbers.
+ASK = """
+import sys, ray
+ray.init(address="auto", namespace="krc", logging_level="ERROR")
+count, cpus, gpus, tag = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+
+@ray.remote
+class Hold:
+    def ping(self):
+        return 1
+
+for i in range(count):
+    Hold.options(name=f"hold-{tag}{i}", lifetime="detached", num_cpus=cpus, num_gpus=gpus).remote()
+print("asked", count)
+"""
+RELEASE = """
+import ray
+from ray.util.state import list_actors
+ray.init(address="auto", namespace="krc", logging_level="ERROR")
+held = [a.name for a in list_actors(filters=[("state", "!=", "DEAD")]) if a.name.startswith("hold-")]
+for name in held:
+    ray.kill(ray.get_actor(name))
+print("released", len(held))
+"""
+PENDING = """
+import ray
+from ray.util.state import list_actors
+ray.init(address="auto", namespace="krc", logging_level="ERROR")
+states = [a.state for a in list_actors(filters=[("state", "!=", "DEAD")]) if a.name.startswith("hold-")]
+print("alive", states.count("ALIVE"), "pending", len(states) - states.count("ALIVE"))
+"""
+
+
+def ask(ray: Ray, cluster: str, count: int, cpus: float = 1, gpus: float = 0, tag: str = "") -> None:
+    """Ask for `count` actors of `cpus` CPUs and `gpus` GPUs each; returns once they are asked for."""
+    ray.exec(ray.head_pod(cluster), ["python", "-c", ASK, str(count), str(cpus), str(gpus), tag])
+
+
+def release(ray: Ray, cluster: str) -> None:
+    ray.exec(ray.head_pod(cluster), ["python", "-c", RELEASE])
+
+
+def actor_states(ray: Ray, cluster: str) -> tuple[int, int]:
+    """(alive, pending) among the demand actors."""
+    words = ray.exec(ray.head_pod(cluster), ["python", "-c", PENDING]).split()
+    return int(words[words.index("alive") + 1]), int(words[words.index("pending") + 1])
+
+
+def autoscaling_cluster(
+    ray: Ray, values: dict[str, Any], name: str, groups: list[dict[str, Any]], **options: Any
+) -> None:
+    """An autoscaling RayCluster whose head offers no CPU, so every actor needs a worker."""
+    body = render("ray/raycluster.yaml", **{**values, "name": name, "autoscaling": True, "workers": groups,
+                                            **options})  # fmt: skip
+    ray.create("rayclusters", body)
+
+
+def until(watch: ScaleWatcher, predicate: Any, what: str, timeout: float) -> float:
+    """Wait until the newest sample satisfies `predicate`; returns the watcher's time of that sample."""
+    deadline = time.monotonic() + timeout
+    seen = len(watch.samples)  # only what happens from now on counts
+    with progress(f"waiting for {what}") as line:
+        while time.monotonic() < deadline:
+            fresh = watch.samples[seen:]
+            seen += len(fresh)
+            for sample in fresh:
+                if predicate(sample):
+                    return sample.t
+            if fresh:
+                line.update(describe(fresh[-1]))
+            time.sleep(watch.every_s / 2)  # poll-interval: the watcher adds a sample every period
+    last = describe(watch.samples[-1]) if watch.samples else "no sample"
+    raise WaitTimeout(what, timeout, last)
+
+
+def describe(sample: Any) -> str:
+    groups = ", ".join(f"{name}: desired {g.desired} pods {g.pods}" for name, g in sample.groups.items())
+    return f"{groups}; Ray alive workers {sample.ray_alive_workers}"
+
+
+def restarts(ray: Ray, cluster: str) -> dict[str, int]:
+    """Restart counts of the head's containers (the Ray head and the autoscaler sidecar)."""
+    head = ray.head_pod(cluster)
+    return {s.name: s.restart_count for s in head.status.container_statuses or []}
+
+
+def rejected(ray: Ray, body: dict[str, Any], expected: str, timeouts: Timeouts) -> str:
+    """Create `body`; the outcome must be KubeRay's InvalidRayClusterSpec event (or the API's 422),
+    naming `expected`, and no pod."""
+    try:
+        ray.create("rayclusters", body)
+    except client.ApiException as exc:
+        assert exc.status == 422 and expected in str(exc.body), exc.body
+        return str(exc.body)
+    name = body["metadata"]["name"]
+    event = wait_for(
+        ray.core.list_namespaced_event,
+        lambda e: e.reason == "InvalidRayClusterSpec",
+        what=f"KubeRay's InvalidRayClusterSpec event for {name}",
+        timeout=timeouts.apply,
+        namespace=ray.namespace,
+        field_selector=f"involvedObject.name={name}",
+    )
+    assert expected in event.message, event.message
+    assert not ray.pods(name), f"an invalid RayCluster got pods: {[p.metadata.name for p in ray.pods(name)]}"
+    return event.message

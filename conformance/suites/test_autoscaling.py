@@ -1,0 +1,281 @@
+"""Area autoscaling: KubeRay's in-tree autoscaler scales worker groups up to demand and down when idle.
+
+Demand is detached actors asking for one CPU each (the head offers none), so each one
+needs a worker; see suites/autoscaling.py. A `ScaleWatcher` samples desired replicas, pods
+by phase and Ray's alive workers through every check, which is both the evidence for
+"never above maxReplicas" and the timeline in the report. scale_up_s runs from the demand
+to the last worker needed alive in Ray; scale_down_s from the release of the demand to the
+last pod gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from conformance.kube.manifests import render
+from conformance.kube.ray import Ray
+from conformance.kube.scaling import ScaleWatcher, partial_replica_streak
+from conformance.kube.wait import behaviour, holds_for
+from conformance.profiles import Profile
+from conformance.report.timelines import Recorder
+from conformance.suites.autoscaling import (
+    actor_states,
+    ask,
+    autoscaling_cluster,
+    rejected,
+    release,
+    restarts,
+    until,
+)
+from conformance.timeouts import Timeouts
+
+pytestmark = pytest.mark.area("autoscaling")
+
+IDLE_S = 30  # short enough for a check, long enough to tell "not before the timeout" apart
+
+
+def _group(name: str, replicas: int = 0, low: int = 0, high: int = 2, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "replicas": replicas, "min_replicas": low, "max_replicas": high, **extra}
+
+
+def _scale_down_bound(profile: Profile) -> float:
+    return profile.thresholds.get("scale_down_bound_s", 120)
+
+
+def _workers(group: str, count: int) -> Any:
+    return lambda s: s.pods(group, "Running") == count and s.ray_alive_workers == count
+
+
+def _no_pods(group: str) -> Any:
+    return lambda s: s.pods(group) == 0
+
+
+# -- what enabling the autoscaler adds -------------------------------------------------
+
+
+def test_in_tree_autoscaling_adds_sidecar_role_and_binding(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    autoscaling_cluster(ray, cluster_values, "auto", [_group("small", high=1)], autoscaler_version="v2")
+    ray.wait_cluster_ready("auto", timeouts.ready)
+    head = ray.head_pod("auto")
+    assert "autoscaler" in [c.name for c in head.spec.containers], "no autoscaler sidecar in the head pod"
+    rbac = client.RbacAuthorizationV1Api(ray.api)
+    role = rbac.read_namespaced_role("auto", ray.namespace)
+    granted = {(group, resource, verb) for rule in role.rules for group in rule.api_groups or [""]
+               for resource in rule.resources or [] for verb in rule.verbs or []}  # fmt: skip
+    needed = {("", "pods", verb) for verb in ("get", "list", "watch", "patch")}
+    needed |= {("ray.io", "rayclusters", verb) for verb in ("get", "patch")}
+    assert needed <= granted, f"the autoscaler Role lacks {sorted(needed - granted)}"
+    binding = rbac.read_namespaced_role_binding("auto", ray.namespace)
+    assert binding.role_ref.name == "auto"
+    assert head.spec.service_account_name in [s.name for s in binding.subjects], binding.subjects
+    # Autoscaler v2 owns Ray node lifecycles: a failed Ray pod is replaced, never restarted in place.
+    assert head.spec.restart_policy == "Never", head.spec.restart_policy
+
+
+# -- up to demand, down when idle ------------------------------------------------------
+
+
+@pytest.mark.kuberay_issue(3909)
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_scales_up_to_demand_within_max_and_down_after_idle(
+    version: str,
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    autoscaling_cluster(ray, cluster_values, "scaler", [_group("small", high=2)],
+                        autoscaler_version=version, idle_timeout_s=IDLE_S)  # fmt: skip
+    ray.wait_cluster_ready("scaler", timeouts.ready)
+    with ScaleWatcher(ray, "scaler", timeline.autoscaling(f"autoscaler {version}: 3 actors, max 2")) as watch:
+        asked = watch.event("3 one-CPU actors asked for (maxReplicas 2)")
+        ask(ray, "scaler", 3)
+        with behaviour("pending demand scales the group up to maxReplicas"):
+            up = until(watch, _workers("small", 2), "2 workers alive in Ray", timeouts.scale)
+        metrics["scale_up_s"] = round(up - asked, 2)
+        alive, pending = actor_states(ray, "scaler")
+        assert (alive, pending) == (2, 1), f"expected 2 actors placed and 1 pending, saw {alive}, {pending}"
+        idle = watch.event("demand released")
+        release(ray, "scaler")
+        with behaviour("an idle group scales down after idleTimeoutSeconds"):
+            gone = until(watch, _no_pods("small"), "the idle workers to be removed",
+                         IDLE_S + _scale_down_bound(profile))  # fmt: skip
+    metrics["scale_down_s"] = round(gone - idle, 2)
+    assert metrics["scale_down_s"] >= IDLE_S - watch.every_s, (
+        f"workers were removed {metrics['scale_down_s']}s after going idle, before the {IDLE_S}s timeout"
+    )
+    desired, pods = watch.max_desired("small"), watch.max_pods("small")
+    assert desired <= 2 and pods <= 2, f"above maxReplicas 2: desired up to {desired}, pods up to {pods}"
+    assert not any(restarts(ray, "scaler").values()), f"head containers restarted: {restarts(ray, 'scaler')}"
+
+
+def test_per_group_idle_timeout_overrides_the_global_one(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    global_idle = 600
+    group = _group("small", high=1, idle_timeout_s=IDLE_S)
+    autoscaling_cluster(ray, cluster_values, "pergroup", [group], idle_timeout_s=global_idle)
+    ray.wait_cluster_ready("pergroup", timeouts.ready)
+    with ScaleWatcher(ray, "pergroup", timeline.autoscaling("group idle timeout 30s, global 600s")) as watch:
+        ask(ray, "pergroup", 1)
+        until(watch, _workers("small", 1), "1 worker alive in Ray", timeouts.scale)
+        idle = watch.event("demand released")
+        release(ray, "pergroup")
+        with behaviour("the group's own idleTimeoutSeconds applies, not the global one"):
+            gone = until(watch, _no_pods("small"), "the idle worker to be removed",
+                         IDLE_S + _scale_down_bound(profile))  # fmt: skip
+    metrics["scale_down_s"] = round(gone - idle, 2)
+    assert metrics["scale_down_s"] >= IDLE_S - watch.every_s, f"removed after {metrics['scale_down_s']}s"
+
+
+def test_min_and_max_replicas_changed_on_a_live_cluster_take_effect(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, timeline: Recorder
+) -> None:
+    autoscaling_cluster(ray, cluster_values, "bounds", [_group("small", high=2)], idle_timeout_s=IDLE_S)
+    ray.wait_cluster_ready("bounds", timeouts.ready)
+    with ScaleWatcher(ray, "bounds", timeline.autoscaling("minReplicas 0 -> 1, then maxReplicas 0")) as watch:
+        watch.event("minReplicas set to 1")
+        _set_bounds(ray, "bounds", low=1, high=2)
+        with behaviour("a raised minReplicas adds a worker with no demand"):
+            until(watch, _workers("small", 1), "1 worker alive in Ray", timeouts.scale)
+        with behaviour("an idle group never goes below minReplicas"):
+            broken = _worker_stays(ray, "bounds", "the minReplicas worker stays while idle", IDLE_S + 15)
+            assert not broken, f"the worker at minReplicas did not stay: {broken}"
+        watch.event("minReplicas 0, maxReplicas 0")
+        _set_bounds(ray, "bounds", low=0, high=0)
+        with behaviour("a lowered maxReplicas removes workers above it"):
+            until(watch, _no_pods("small"), "the worker above maxReplicas to be removed", timeouts.scale)
+
+
+def _worker_stays(ray: Ray, cluster: str, what: str, duration: float) -> str:
+    """Watch the cluster's worker pods for `duration`: "" if none was deleted, else what happened."""
+    return holds_for(
+        ray.core.list_namespaced_pod,
+        lambda pod: pod.metadata.deletion_timestamp is None,
+        what=what,
+        duration=duration,
+        namespace=ray.namespace,
+        label_selector=f"ray.io/cluster={cluster},ray.io/node-type=worker",
+    )
+
+
+def _set_bounds(ray: Ray, cluster: str, low: int, high: int) -> None:
+    groups = ray.get("rayclusters", cluster)["spec"]["workerGroupSpecs"]
+    for group in groups:
+        group["minReplicas"], group["maxReplicas"] = low, high
+    ray.patch("rayclusters", cluster, {"spec": {"workerGroupSpecs": groups}})
+
+
+# -- other sources of demand -----------------------------------------------------------
+
+REQUEST_RESOURCES = """
+import sys, ray
+from ray.autoscaler.sdk import request_resources
+ray.init(address="auto", namespace="krc", logging_level="ERROR")
+request_resources(bundles=[{"CPU": 1}] * int(sys.argv[1]))
+print("requested", sys.argv[1])
+"""
+PLACEMENT_GROUP = """
+import sys, ray
+from ray.util.placement_group import placement_group, remove_placement_group, get_placement_group
+ray.init(address="auto", namespace="krc", logging_level="ERROR")
+if sys.argv[1] == "make":
+    group = placement_group([{"CPU": 1}], name="held", lifetime="detached")
+    ray.get(group.ready(), timeout=300)
+else:
+    remove_placement_group(get_placement_group("held"))
+print("placement-group", sys.argv[1])
+"""
+
+
+def test_request_resources_and_placement_groups_drive_scale_up_and_hold_workers(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    autoscaling_cluster(ray, cluster_values, "sdk", [_group("small", high=2)], idle_timeout_s=IDLE_S)
+    ray.wait_cluster_ready("sdk", timeouts.ready)
+    head = ray.head_pod("sdk")
+    with ScaleWatcher(ray, "sdk", timeline.autoscaling("request_resources, then a placement group")) as watch:
+        asked = watch.event("request_resources(1 CPU)")
+        ray.exec(head, ["python", "-c", REQUEST_RESOURCES, "1"])
+        with behaviour("request_resources scales up with no task or actor pending"):
+            up = until(watch, _workers("small", 1), "1 worker alive in Ray", timeouts.scale)
+        metrics["scale_up_s"] = round(up - asked, 2)
+        watch.event("placement group made; request_resources cleared")
+        ray.exec(head, ["python", "-c", PLACEMENT_GROUP, "make"])
+        ray.exec(head, ["python", "-c", REQUEST_RESOURCES, "0"])
+        with behaviour("an idle worker that holds a placement group is not removed"):
+            broken = _worker_stays(ray, "sdk", "the worker holding a placement group stays", IDLE_S + 15)
+            assert not broken, f"the worker holding a placement group did not stay: {broken}"
+        idle = watch.event("placement group removed")
+        ray.exec(head, ["python", "-c", PLACEMENT_GROUP, "remove"])
+        with behaviour("the worker goes once its placement group is removed"):
+            gone = until(watch, _no_pods("small"), "the idle worker to be removed",
+                         IDLE_S + _scale_down_bound(profile))  # fmt: skip
+    metrics["scale_down_s"] = round(gone - idle, 2)
+
+
+# -- multi-host groups -----------------------------------------------------------------
+
+
+def test_multi_host_group_scales_by_whole_replicas(
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts, timeline: Recorder
+) -> None:
+    group = _group("pair", high=1, num_of_hosts=2)
+    autoscaling_cluster(ray, cluster_values, "hosts", [group], idle_timeout_s=IDLE_S)
+    ray.wait_cluster_ready("hosts", timeouts.ready)
+    with ScaleWatcher(ray, "hosts", timeline.autoscaling("numOfHosts 2: one replica is two pods")) as watch:
+        # Two one-CPU actors: one whole replica's worth. (Autoscaler v2 divides the hosts it
+        # wants by numOfHosts, rounding down, so a one-host demand scales nothing here.)
+        ask(ray, "hosts", 2)
+        with behaviour("one replica of a two-host group brings both hosts"):
+            until(watch, _workers("pair", 2), "both hosts of the replica alive in Ray", timeouts.scale)
+        replica_labels = {p.metadata.labels.get("ray.io/worker-group-replica-name") for p in
+                          ray.pods("hosts", "worker")}  # fmt: skip
+        release(ray, "hosts")
+        with behaviour("scale-down removes the whole replica"):
+            until(watch, _no_pods("pair"), "the replica's pods to be removed",
+                  IDLE_S + _scale_down_bound(profile))  # fmt: skip
+    assert len(replica_labels) == 1, f"the two hosts belong to replicas {replica_labels}"
+    assert watch.max_pods("pair") <= 2, f"up to {watch.max_pods('pair')} pods for maxReplicas 1 x 2 hosts"
+    streak = partial_replica_streak(watch.samples, "pair", 2)
+    assert streak <= 1, f"a partial replica (an odd pod count) lasted {streak} samples"
+
+
+# -- bad input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("group idle timeout with autoscaler v1", "autoscaler v2 is not enabled"),
+        ("minReplicas above maxReplicas", "greater than maxReplicas"),
+    ],
+)
+def test_invalid_autoscaling_spec_is_rejected(
+    case: str, expected: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    if case.startswith("group idle"):
+        groups, options = [_group("small", high=1, idle_timeout_s=10)], {"autoscaler_version": "v1"}
+    else:
+        groups, options = [_group("small", low=3, high=1)], {}
+    body = render("ray/raycluster.yaml", **{**cluster_values, "name": "invalid", "autoscaling": True,
+                                            "workers": groups, **options})  # fmt: skip
+    with behaviour(f"{case} is rejected as documented"):
+        rejected(ray, body, expected, timeouts)

@@ -1,0 +1,78 @@
+"""Pure logic behind the autoscaling, GPU and fault-recovery checks: samples, the state API, manifests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.kube.manifests import render, render_all
+from conformance.kube.scaling import GroupSample, Sample, alive_workers, partial_replica_streak
+
+VALUES: dict[str, Any] = {
+    "name": "c",
+    "ray_version": "2.58.0",
+    "image": "ray:x",
+    "pull_policy": "Never",
+    "head_resources": {},
+    "worker_resources": {"limits": {"cpu": "500m"}, "requests": {"cpu": "100m"}},
+    "head_num_cpus": 0,
+    "workers": [],
+    "autoscaling": False,
+    "gpu_resource": "nvidia.com/gpu",
+}
+
+
+def _sample(t: float, pods: int) -> Sample:
+    return Sample(t, {"pair": GroupSample(desired=1, pods={"Running": pods} if pods else {})}, None)
+
+
+def test_alive_workers_counts_alive_non_head_nodes_of_the_state_api() -> None:
+    listing = {"data": {"result": {"result": [
+        {"state": "ALIVE", "is_head_node": True},
+        {"state": "ALIVE", "is_head_node": False},
+        {"state": "DEAD", "is_head_node": False},
+        {"state": "ALIVE", "is_head_node": False},
+    ]}}}  # fmt: skip
+    assert alive_workers(listing) == 2
+
+
+def test_partial_replica_streak_tolerates_one_sample_mid_creation_but_counts_longer_runs() -> None:
+    creation = [_sample(0, 0), _sample(2, 1), _sample(4, 2), _sample(6, 0)]
+    assert partial_replica_streak(creation, "pair", 2) == 1
+    stuck = [_sample(0, 2), _sample(2, 1), _sample(4, 1), _sample(6, 1), _sample(8, 0)]
+    assert partial_replica_streak(stuck, "pair", 2) == 3
+
+
+def test_sample_counts_pods_by_phase_and_in_all() -> None:
+    sample = Sample(0, {"g": GroupSample(2, {"Running": 1, "Pending": 1})}, 1)
+    assert (sample.pods("g"), sample.pods("g", "Pending"), sample.pods("missing")) == (2, 1, 0)
+
+
+def test_worker_group_template_carries_gpus_idle_timeout_and_ray_resources() -> None:
+    groups = [
+        {"name": "gpu", "replicas": 0, "min_replicas": 0, "max_replicas": 2, "gpus": 1, "idle_timeout_s": 15},
+        {"name": "res", "replicas": 1, "ray_resources": {"GPU": "3"}, "ray_start_params": {"num-gpus": "1"}},
+    ]
+    spec = render("ray/raycluster.yaml", **{**VALUES, "workers": groups, "autoscaling": True})["spec"]
+    gpu, res = spec["workerGroupSpecs"]
+    container = gpu["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "500m", "nvidia.com/gpu": "1"}
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert gpu["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert gpu["idleTimeoutSeconds"] == 15
+    assert (res["resources"], res["rayStartParams"]) == ({"GPU": "3"}, {"num-gpus": "1"})
+    assert "tolerations" not in res["template"]["spec"]
+    assert "nvidia.com/gpu" not in str(res["template"]["spec"]["containers"][0]["resources"])
+    assert spec["autoscalerOptions"]["version"] == "v2"
+
+
+def test_gcs_fault_tolerance_only_when_a_redis_address_is_given() -> None:
+    assert "gcsFaultToleranceOptions" not in render("ray/raycluster.yaml", **VALUES)["spec"]
+    spec = render("ray/raycluster.yaml", **{**VALUES, "redis_address": "redis:6379"})["spec"]
+    assert spec["gcsFaultToleranceOptions"] == {"redisAddress": "redis:6379"}
+
+
+def test_redis_addon_renders_a_deployment_and_its_service() -> None:
+    deployment, service = render_all("addons/redis.yaml", name="redis", image="r:1", pull_policy="Never")
+    assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
+    assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "r:1"
