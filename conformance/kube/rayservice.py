@@ -28,6 +28,10 @@ INCREMENTAL = "NewClusterWithIncrementalUpgrade"
 # How often the sampler reads the RayService and its HTTPRoute during an upgrade. Status moves
 # at reconcile speed (seconds); four reads a second see every step without loading the API.
 SAMPLE_INTERVAL_S = 0.25
+# The CPU a serving head asks for. During an upgrade one head serves while another starts (which
+# takes a core for half a minute); with the 100m other checks ask for, the serving head's share
+# of a busy 2-core node is too small to answer in time, which says nothing about KubeRay.
+SERVING_HEAD_CPU = "300m"
 
 
 def serve_svc(cluster: str) -> str:
@@ -37,8 +41,10 @@ def serve_svc(cluster: str) -> str:
 
 def rayservice_values(base: dict[str, Any], name: str, **overrides: Any) -> dict[str, Any]:
     """Values for manifests/ray/rayservice.yaml: the suite's base values plus this service's."""
+    head = base["head_resources"]
     values = {
         **base,
+        "head_resources": {**head, "requests": {**head.get("requests", {}), "cpu": SERVING_HEAD_CPU}},
         "name": name,
         "app_configmap": APP_CONFIGMAP,
         "message": "v1",
@@ -233,8 +239,10 @@ def wait_sole_catch_all(api: client.ApiClient, namespace: str, timeout: float) -
     earlier check's namespace would take a share of this check's traffic."""
     custom = client.CustomObjectsApi(api)
 
-    def others(**kwargs: Any) -> dict[str, Any]:
+    def others(**kwargs: Any) -> Any:
         listing = custom.list_cluster_custom_object(GATEWAY_GROUP, "v1", "httproutes", **kwargs)
+        if kwargs.get("watch"):
+            return listing  # the watch's raw stream: wait_gone lists again after each deletion
         listing["items"] = [
             r
             for r in listing["items"]

@@ -15,6 +15,9 @@ from .records import Record
 # The generator must send at least this share of its target rate, or what it measured says
 # more about this machine than about the system under test.
 RATE_TOLERANCE = 0.05
+# Nor may it fall further behind its schedule than this (seconds): an open-model generator only
+# lags when it cannot run, and a starved generator catches up in bursts that no server saw coming.
+MAX_LAG_S = 1.0
 
 
 class LoadShortfall(HarnessError):
@@ -39,14 +42,34 @@ def achieved_rate(records: Sequence[Record]) -> float:
     return (len(records) - 1) / span if span > 0 else 0.0
 
 
-def check_rate(records: Sequence[Record], target: float, tolerance: float = RATE_TOLERANCE) -> float:
-    """The achieved rate; raises LoadShortfall when it is short of `target` by more than `tolerance`."""
+def schedule_lag(records: Sequence[Record], rate: float) -> float:
+    """How far (seconds) the latest send fell behind the schedule of a constant `rate`."""
+    scheduled = [r for r in records if r.seq >= 0]
+    if not scheduled or rate <= 0:
+        return 0.0
+    first = min(scheduled, key=lambda r: r.seq)
+    lags = [r.sent - (first.sent + (r.seq - first.seq) / rate) for r in scheduled]
+    return max(0.0, *lags)
+
+
+def check_rate(
+    records: Sequence[Record], target: float, tolerance: float = RATE_TOLERANCE, max_lag_s: float = MAX_LAG_S
+) -> float:
+    """The achieved rate; raises LoadShortfall when it is short of `target` by more than `tolerance`
+    or the generator fell more than `max_lag_s` behind its schedule at any point."""
     rate = achieved_rate(records)
     if rate < target * (1 - tolerance):
         raise LoadShortfall(
             f"the load generator sent {rate:.1f} req/s of the {target:.1f} asked for "
             f"({len(records)} requests): more than {tolerance:.0%} short",
             "the machine is too busy for this rate; lower it in the check or free CPU",
+        )
+    lag = schedule_lag(records, target)
+    if lag > max_lag_s:
+        raise LoadShortfall(
+            f"the load generator fell {lag:.1f}s behind its schedule of {target:.0f} req/s "
+            f"(at most {max_lag_s:.0f}s allowed): it could not run, so the load was not constant",
+            "the machine is too busy (other runs on the same cluster?); free CPU and run again",
         )
     return rate
 
@@ -62,6 +85,12 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def error_counts(records: Sequence[Record]) -> dict[str, int]:
     return dict(Counter(r.error for r in records if r.error))
+
+
+def error_details(records: Sequence[Record], most: int = 3) -> list[tuple[str, int]]:
+    """The commonest failure details ("503: no available server"), most frequent first."""
+    counted = Counter(f"{r.error}: {r.detail}" for r in records if r.error)
+    return counted.most_common(most)
 
 
 def failed(records: Sequence[Record]) -> int:
@@ -124,6 +153,7 @@ class LoadSummary:
     errors: dict[str, int]
     p50_ms: float | None
     p99_ms: float | None
+    details: list[tuple[str, int]] = field(default_factory=list)
 
     def metrics(self, prefix: str = "") -> dict[str, float]:
         """As summary.json metrics: snake_case names with their unit."""
@@ -140,10 +170,13 @@ class LoadSummary:
 
     def describe(self) -> str:
         kinds = ", ".join(f"{k}: {v}" for k, v in sorted(self.errors.items())) or "none"
-        return (
+        text = (
             f"{self.failed} of {self.requests} requests failed ({kinds}); "
             f"{self.achieved_rate:.1f} req/s; p50 {self.p50_ms} ms, p99 {self.p99_ms} ms"
         )
+        if self.details:
+            text += "; most said " + "; ".join(f"{detail!r} x{n}" for detail, n in self.details)
+        return text
 
 
 def summarize(records: Sequence[Record]) -> LoadSummary:
@@ -155,4 +188,5 @@ def summarize(records: Sequence[Record]) -> LoadSummary:
         errors=error_counts(records),
         p50_ms=latency_ms(records, 50),
         p99_ms=latency_ms(records, 99),
+        details=error_details(records),
     )

@@ -141,8 +141,9 @@ class LoadGenerator:
         with suppress(ExecError):
             Ray(self.api, self.namespace).exec(pod, ["/bin/sh", "-c", "kill -TERM $(cat /tmp/attack.pid)"])
 
-    def collect(self, timeout: float) -> list[Record]:
-        """Wait for the pod to finish, read the records and check the achieved rate."""
+    def collect(self, timeout: float, check: bool = True) -> list[Record]:
+        """Wait for the pod to finish, read the records and (unless `check` is False: call
+        `check()` later) check that the generator kept its rate."""
         try:
             pod = wait_for(
                 self.core.list_namespaced_pod,
@@ -162,8 +163,13 @@ class LoadGenerator:
             self.records = extract_block(log)
         except ValueError as exc:
             raise HarnessError(f"the load generator's records are unreadable: {exc}") from exc
-        analysis.check_rate(self.records, self.spec.rate)
+        if check:
+            self.check()
         return self.records
+
+    def check(self) -> float:
+        """The achieved rate; LoadShortfall (a harness error) if the generator did not keep it."""
+        return analysis.check_rate(self.records, self.spec.rate)
 
 
 def _describe_pod(pod: client.V1Pod) -> str:
@@ -174,15 +180,22 @@ def _describe_pod(pod: client.V1Pod) -> str:
 
 
 @contextmanager
-def running(generator: LoadGenerator, timeout: float) -> Iterator[LoadGenerator]:
-    """Start the generator, and on leaving stop it and collect its records (also on failure,
-    so the evidence of a failed check is there). A check reads `generator.records` after."""
+def running(generator: LoadGenerator, timeout: float, check: bool = True) -> Iterator[LoadGenerator]:
+    """Start the generator; on leaving, stop it and collect its records, also when the block
+    failed (then without the rate check, so the block's own error is the one reported). A check
+    reads `generator.records` after; with `check=False` it calls `generator.check()` itself,
+    after it has saved what it measured."""
     generator.start(timeout)
+    collect_timeout = timeout + generator.spec.timeout_s
     try:
         yield generator
-    finally:
+    except BaseException:
         generator.stop()
-    generator.collect(timeout + generator.spec.timeout_s)
+        with suppress(HarnessError, ApiException):
+            generator.collect(collect_timeout, check=False)
+        raise
+    generator.stop()
+    generator.collect(collect_timeout, check=check)
 
 
 def provide_image(provider: Any) -> str:

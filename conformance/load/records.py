@@ -17,6 +17,7 @@ from datetime import datetime
 
 BEGIN_MARK = "---- records: vegeta json, gzip, base64 ----"
 END_MARK = "---- end of records ----"
+DETAIL_CHARS = 80
 
 # Substrings of Go's network errors, most specific first.
 _ERROR_KINDS = (
@@ -41,6 +42,8 @@ class Record:
     error: str  # "" for success, else its kind
     backend: str = ""  # which cluster answered, when the app says
     version: str = ""  # what the app's config says it is (the Serve config's message)
+    detail: str = ""  # for a failure: the start of the answer's body, or the client's error
+    seq: int = -1  # the request's place in the generator's schedule
 
     @property
     def ok(self) -> bool:
@@ -74,14 +77,26 @@ def parse_timestamp(text: str) -> float:
 def from_vegeta(entry: dict) -> Record:
     status = int(entry.get("code") or 0)
     answer = _answer(entry.get("body") or "") if status else {}
+    error = error_kind(status, entry.get("error") or "")
     return Record(
         sent=parse_timestamp(entry["timestamp"]),
         latency_s=int(entry.get("latency") or 0) / 1e9,
         status=status,
-        error=error_kind(status, entry.get("error") or ""),
+        error=error,
         backend=str(answer.get("cluster", "")),
         version=str(answer.get("version", "")),
+        detail=_detail(entry) if error else "",
+        seq=int(entry.get("seq", -1)),
     )
+
+
+def _detail(entry: dict) -> str:
+    """Who answered a failure says more than its code: the proxy's own page or the app's."""
+    try:
+        body = base64.b64decode(entry.get("body") or "").decode(errors="replace")
+    except (binascii.Error, ValueError):
+        body = ""
+    return " ".join((body or entry.get("error") or "").split())[:DETAIL_CHARS]
 
 
 def _answer(body_b64: str) -> dict:

@@ -125,12 +125,14 @@ def promotion(samples: Sequence[Sample], new: str) -> Promotion:
 
 
 def promoted_at_full_shift(p: Promotion, old: str, new: str) -> str:
-    """ "" when the last state before promotion was 100% of traffic to `new` and capacity 0 on `old`."""
+    """ "" when the last state before promotion routed 100% of traffic to `new` and 0% to `old`
+    (targetCapacity may reach 0 in the same status update as the promotion, so it is not
+    required to have been seen)."""
     if p.before is None:
         return "no state before the promotion was observed"
-    traffic, capacity = p.before.percent.get(new), p.before.capacity.get(old)
-    if traffic != 100 or capacity not in (0, None):
-        return f"promoted with {traffic}% of traffic on {new} and targetCapacity {capacity} on {old}"
+    to_new, to_old = p.before.percent.get(new), p.before.percent.get(old, 0)
+    if to_new != 100 or to_old != 0:
+        return f"promoted with trafficRoutedPercent {to_old} on {old} and {to_new} on {new}, not 0/100"
     return ""
 
 
@@ -226,7 +228,23 @@ def timeline(
         "title": title,
         "events": condition_events(samples, start),
         "seconds": seconds,
+        # What the RayService status and the HTTPRoute said, whenever it changed.
+        "status": [
+            {
+                "t": round(s.at - start, 3),
+                "active": names.get(s.active, s.active),
+                "pending": names.get(s.pending, s.pending),
+                "traffic_routed_percent": _labelled(s.percent, names),
+                "target_capacity": _labelled(s.capacity, names),
+                "route_weights": _labelled(s.weights, names),
+            }
+            for s in samples
+        ],
     }
+
+
+def _labelled(values: dict[str, int], names: dict[str, str]) -> dict[str, int]:
+    return {names.get(cluster, cluster): value for cluster, value in values.items()}
 
 
 def condition_events(samples: Sequence[Sample], start: float) -> list[dict[str, object]]:

@@ -116,9 +116,11 @@ def poll_until(check: Callable[[], T | None], *, what: str, timeout: float) -> T
             time.sleep(PROBE_INTERVAL_S)  # poll interval, not a wait for the outcome
 
 
-def load_metrics(records: list[Record], metrics: dict[str, float]) -> analysis.LoadSummary:
+def load_metrics(records: list[Record], metrics: dict[str, float], rate: float = 0) -> analysis.LoadSummary:
     summary = analysis.summarize(records)
     metrics.update(summary.metrics())
+    if rate:
+        metrics["max_schedule_lag_s"] = round(analysis.schedule_lag(records, rate), 3)
     return summary
 
 

@@ -76,7 +76,9 @@ def test_an_error_page_has_no_backend() -> None:
     line = json.loads(vegeta_line(0, "2027-01-15T08:00:00Z", code=503, error="503 Service Unavailable"))
     line["body"] = base64.b64encode(b"no healthy upstream").decode()
     record = from_vegeta(line)
-    assert (record.error, record.backend) == ("http_503", "")
+    assert (record.error, record.backend, record.detail) == ("http_503", "", "no healthy upstream")
+    summary = analysis.summarize([record])
+    assert "'http_503: no healthy upstream' x1" in summary.describe()
 
 
 def test_records_come_back_from_the_generators_log_in_send_order() -> None:
@@ -164,3 +166,18 @@ def test_the_generator_pod_has_guaranteed_qos_and_the_targets_name_the_host() ->
 
 def test_several_targets_are_separated_by_a_blank_line() -> None:
     assert targets_text([Target("http://a/"), Target("http://b/")]) == "GET http://a/\n\nGET http://b/\n"
+
+
+def test_a_generator_that_fell_behind_its_schedule_is_a_harness_error() -> None:
+    on_time = [Record(sent=T0 + i / 20, latency_s=0.01, status=200, error="", seq=i) for i in range(200)]
+    assert analysis.schedule_lag(on_time, 20) == pytest.approx(0, abs=1e-9)
+    assert analysis.check_rate(on_time, 20) == pytest.approx(20)
+    # Stalled 1.5 s at request 100, then caught up in a burst: the average rate still looks right.
+    stalled = [
+        Record(sent=T0 + (i / 20 if i < 100 or i > 140 else 6.5), latency_s=0.01, status=200, error="", seq=i)
+        for i in range(200)
+    ]
+    stalled.sort(key=lambda r: r.sent)
+    assert analysis.schedule_lag(stalled, 20) == pytest.approx(1.5)
+    with pytest.raises(LoadShortfall, match="behind its schedule"):
+        analysis.check_rate(stalled, 20)

@@ -86,7 +86,7 @@ def test_promotion_must_follow_a_full_shift() -> None:
     assert traffic.promoted_at_full_shift(promotion, "old", "new") == ""
     early = [sample(0, 50, new_cap=50, old_cap=50), sample(1, None, active="new", pending="")]
     problem = traffic.promoted_at_full_shift(traffic.promotion(early, "new"), "old", "new")
-    assert "50% of traffic" in problem
+    assert "trafficRoutedPercent 50 on old and 50 on new, not 0/100" in problem
     assert traffic.promotion(early[:1], "new").at is None
 
 
@@ -126,5 +126,8 @@ def test_the_timeline_has_seconds_traffic_and_condition_events(tmp_path: Path) -
     assert seconds[2]["served"] == {"old": 0.0, "new": 100.0}
     assert seconds[3]["errors"] == {"http_503": 1}
     assert {"t": 2.0, "label": "UpgradeInProgress=False"} in data["events"]
+    status = data["status"]
+    assert isinstance(status, list) and status[-1]["route_weights"] == {"old": 0, "new": 100}
+    assert status[0]["active"] == "old" and status[0]["t"] == 0
     written = traffic.write_timeline(tmp_path, "t-x", data)
     assert json.loads(written.read_text())["kind"] == "upgrade"
