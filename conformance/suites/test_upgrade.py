@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
@@ -117,9 +116,9 @@ def _under_load(
     metrics: dict[str, float],
     route: str = "",
 ) -> Iterator[rs.Sampler]:
-    """Load and status sampling around an upgrade. On the way out, whatever happened, the
-    metrics and the timeline are saved; then the generator's self-check (a harness error if it
-    did not keep its rate), before the check's own assertions."""
+    """Load and status sampling around an upgrade. On the way out, whatever happened, the load
+    metrics and the timeline are saved. The check then records its own figures and calls
+    `gen.check()` (the generator's self-check, a harness error) before its assertions."""
     sampler = rs.Sampler(ray, NAME, route=route)
     try:
         with running(gen, timeouts.ready, check=False), sampler:
@@ -127,7 +126,6 @@ def _under_load(
     finally:
         new = next((s.pending for s in sampler.samples if s.pending not in ("", old)), "")
         _finish(conformance, request, title, gen.records, sampler, old, new, metrics)
-    gen.check()
 
 
 def _assert_deleted_after_delay(deleted: float, promoted: float) -> None:
@@ -183,6 +181,7 @@ def test_new_cluster_upgrade_under_load(
     metrics["upgrade_s"] = round(promoted - patched, 2)
     metrics["old_cluster_deleted_after_promotion_s"] = round(deleted - promoted, 2)
     metrics["max_step_observed_percent"] = serving.max_served_step(records, new)
+    gen.check()  # a generator that did not keep its rate measured nothing
     assert _seen(sampler, "UpgradeInProgress"), "UpgradeInProgress=True was never observed"
     assert any(s.pending == new for s in sampler.samples), f"{new} was never the pending cluster"
     _assert_deleted_after_delay(deleted, promoted)
@@ -209,13 +208,13 @@ def _incremental_values(base: dict[str, Any], profile: Profile, step: int, inter
     }
 
 
-def _kuberay_gateway(ray: Ray, api: client.ApiClient, timeouts: Timeouts) -> str:
+def _kuberay_gateway(ray: Ray, timeouts: Timeouts) -> str:
     """KubeRay's own Gateway and HTTPRoute, checked as the upgrade needs them; the address."""
-    gateways = rs.Gateways(api, ray.namespace)
+    gateways = rs.Gateways(ray.api, ray.namespace)
     with behaviour(f"KubeRay's Gateway {NAME}-gateway and HTTPRoute {NAME}-httproute are ready"):
         address = gateways.wait_programmed(f"{NAME}-gateway", timeouts.ready)
         gateways.wait_route_ready(f"{NAME}-httproute", f"{NAME}-gateway", timeouts.ready)
-    rs.wait_sole_catch_all(api, ray.namespace, timeouts.cleanup)
+    rs.wait_sole_catch_all(ray.api, ray.namespace, timeouts.cleanup)
     return address
 
 
@@ -230,6 +229,19 @@ def _ready_incremental(
     return rs.active_cluster(svc)
 
 
+def _incremental_under_way(
+    ray: Ray, conformance: Environment, values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+) -> tuple[str, LoadGenerator]:
+    """A ready incremental RayService behind KubeRay's Gateway: its cluster and a generator
+    (not started) aimed at the Gateway's address."""
+    old = _ready_incremental(ray, values, timeouts, metrics)
+    address = _kuberay_gateway(ray, timeouts)
+    image = serving.load_image(conformance)
+    return old, serving.generator(
+        ray.api, ray.namespace, image, address, max_duration_s=int(timeouts.upgrade)
+    )
+
+
 @pytest.mark.requires("gateway_api", "gate:RayServiceIncrementalUpgrade")
 @pytest.mark.kuberay_issue(2177)
 @pytest.mark.parametrize(("step", "interval", "surge"), PLANS)
@@ -238,7 +250,6 @@ def test_incremental_upgrade_under_load(
     interval: int,
     surge: int,
     ray: Ray,
-    api: client.ApiClient,
     conformance: Environment,
     base: dict[str, Any],
     profile: Profile,
@@ -247,10 +258,7 @@ def test_incremental_upgrade_under_load(
     request: pytest.FixtureRequest,
 ) -> None:
     values = _incremental_values(base, profile, step, interval, surge)
-    old = _ready_incremental(ray, values, timeouts, metrics)
-    address = _kuberay_gateway(ray, api, timeouts)
-    image = serving.load_image(conformance)
-    gen = serving.generator(api, ray.namespace, image, address, max_duration_s=int(timeouts.upgrade))
+    old, gen = _incremental_under_way(ray, conformance, values, timeouts, metrics)
     title = f"incremental upgrade: step {step}%, every {interval}s, surge {surge}%"
     route = f"{NAME}-httproute"
     with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route) as sampler:
@@ -273,6 +281,7 @@ def test_incremental_upgrade_under_load(
         metrics["min_step_interval_s"] = steps.min_interval_s
     if deviation is not None:
         metrics["max_share_deviation_percent"] = round(deviation, 1)
+    gen.check()  # a generator that did not keep its rate measured nothing
     assert _seen(sampler, "UpgradeInProgress"), "UpgradeInProgress=True was never observed"
     assert not steps.violations, "; ".join(steps.violations)
     assert not capacity.violations, "; ".join(capacity.violations[:5])
@@ -291,7 +300,6 @@ def test_incremental_upgrade_under_load(
 @pytest.mark.requires("gateway_api", "gate:RayServiceIncrementalUpgrade")
 def test_reverting_the_spec_mid_upgrade_rolls_back(
     ray: Ray,
-    api: client.ApiClient,
     conformance: Environment,
     base: dict[str, Any],
     profile: Profile,
@@ -300,10 +308,7 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     request: pytest.FixtureRequest,
 ) -> None:
     values = _incremental_values(base, profile, 5, 10, 25)  # slow enough to be caught mid-way
-    old = _ready_incremental(ray, values, timeouts, metrics)
-    address = _kuberay_gateway(ray, api, timeouts)
-    image = serving.load_image(conformance)
-    gen = serving.generator(api, ray.namespace, image, address, max_duration_s=int(timeouts.upgrade))
+    old, gen = _incremental_under_way(ray, conformance, values, timeouts, metrics)
     title = "rollback mid incremental upgrade"
     route = f"{NAME}-httproute"
     with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route) as sampler:
@@ -347,6 +352,7 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     metrics["rollback_s"] = round(rolled_back - reverted, 2)
     after = [s for s in sampler.samples if s.at >= reverted]
     back = traffic.percent_series(after, new)
+    gen.check()  # a generator that did not keep its rate measured nothing
     assert all(b[1] <= a[1] for a, b in itertools.pairwise(back)), f"{new} gained traffic after the revert"
     _assert_all_from(records, rolled_back, old, "after the rollback")
     _assert_within_budget(records, profile, metrics)
