@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from conformance.install import kuberay
@@ -59,6 +60,29 @@ def test_operator_area_runs_and_writes_summary_junit_and_allure(
     assert list((run_dir / "allure-results").glob("*-result.json"))
 
 
+def test_autoscaling_and_gpu_areas_record_outcomes_reasons_and_a_timeline(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    """A slice of the autoscaling and GPU areas: a validation outcome, a live scale change with its
+    timeline (sampled through the API server's pod proxy), and a check not applicable on simulated GPUs."""
+    run_dir = tmp_path / "scaling"
+    done = _run("--area", "autoscaling", "--area", "gpu", "-k", "min_and_max or together or cuda",
+                "--run-dir", str(run_dir))  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text())
+    outcomes = {t["id"].rsplit("::", 1)[-1].split("[")[0]: t for t in summary["tests"]}
+    assert (
+        outcomes["test_min_and_max_replicas_changed_on_a_live_cluster_take_effect"]["outcome"] == "passed"
+    ), done.stdout[-3000:]
+    assert outcomes["test_group_resources_and_ray_start_gpus_together_are_rejected"]["outcome"] == "passed"
+    cuda = outcomes["test_cuda_operation_runs_in_a_ray_task"]
+    assert cuda["outcome"] == "not_applicable" and "simulated" in cuda["reason"]
+    (timeline,) = (run_dir / "timelines").glob("*min-and-max*.json")
+    series = json.loads(timeline.read_text())["series"]
+    assert max(count for _, count in series["small"]) == 1, series["small"]
+    assert max(count for _, count in series["Ray alive workers"]) == 1, series["Ray alive workers"]
+    assert series["small"][-1][1] == 0, "the last sample still had a worker after maxReplicas 0"
+
+
 def test_an_unknown_profile_is_refused_before_anything_runs(tmp_path: Path) -> None:
     done = _run("--profile", "nope", "--run-dir", str(tmp_path / "run"))
     assert done.returncode == 3
@@ -78,13 +102,14 @@ def test_existing_provider_attaches_to_a_running_kuberay_and_checks_it(
 ) -> None:
     """The local cluster, reached as any existing cluster would be: nothing installed, all read back.
 
-    Runs after the operator-area run above, which left KubeRay installed.
+    Runs after the operator-area run above, which left KubeRay installed. The node pulls
+    nothing, so the attach profile gets the images built here instead of public ones.
     """
     run_dir = tmp_path / "attach"
     done = _run_existing(
         str(local_cluster.kubeconfig),
         "--profile",
-        "attach",
+        str(_attach_profile_with_local_images(tmp_path)),
         "--area",
         "operator",
         "--run-dir",
@@ -95,6 +120,16 @@ def test_existing_provider_attaches_to_a_running_kuberay_and_checks_it(
     assert [t["outcome"] for t in summary["tests"]].count("error") == 0, done.stdout[-3000:]
     assert summary["versions"]["kuberay"].startswith("v1.")
     assert done.returncode == {"conformant": 0, "not conformant": 1}[summary["verdict"]]
+
+
+def _attach_profile_with_local_images(folder: Path) -> Path:
+    profiles_dir = ROOT / "conformance" / "profiles"
+    attach = yaml.safe_load((profiles_dir / "attach.yaml").read_text())
+    local = yaml.safe_load((profiles_dir / "default.yaml").read_text())
+    attach["images"].update({key: local["images"][key] for key in ("ray", "redis")})
+    path = folder / "attach-local-images.yaml"
+    path.write_text(yaml.safe_dump(attach))
+    return path
 
 
 def test_existing_provider_refuses_a_profile_that_builds_images_locally(
