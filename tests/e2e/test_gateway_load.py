@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from conformance.install import gateway
+from conformance.kube.manifests import render_all
 from conformance.kube.rayservice import Gateways, route_weights
 from conformance.kube.wait import wait_for
 from conformance.load import analysis
@@ -88,15 +89,17 @@ def backends(core: client.CoreV1Api, namespace: str, image: str) -> Iterator[lis
 
 
 def _weighted_route(api: client.ApiClient, namespace: str, host: str, weights: dict[str, int]) -> str:
+    """A Gateway and an HTTPRoute splitting `host` over the backends by `weights`, created as such
+    (changing a route after the fact races its status writer)."""
     gateways = Gateways(api, namespace)
-    gateways.create_route("split", CLASS, host, "backend-a", port=8080)
-    route = gateways.get("httproutes", "split")
-    route["spec"]["rules"][0]["backendRefs"] = [
+    gateway_doc, route_doc = render_all(
+        "gateway/route.yaml", name="split", class_name=CLASS, hostname=host, service="backend-a", port=8080
+    )
+    route_doc["spec"]["rules"][0]["backendRefs"] = [
         {"name": name, "port": 8080, "weight": weight} for name, weight in weights.items()
     ]
-    gateways.custom.replace_namespaced_custom_object(
-        gateway.GROUP, "v1", namespace, "httproutes", "split", route
-    )
+    for plural, doc in (("gateways", gateway_doc), ("httproutes", route_doc)):
+        gateways.custom.create_namespaced_custom_object(gateway.GROUP, "v1", namespace, plural, doc)
     address = gateways.wait_programmed("split", 120)
     ready = gateways.wait_route_ready("split", "split", 120)
     assert route_weights(ready) == weights
