@@ -16,6 +16,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from conformance.environment import RAY_CRDS
 from conformance.install import kuberay
 from conformance.kube.wait import wait_gone
 from conformance.providers.base import Cluster
@@ -168,12 +169,13 @@ def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
     """Runs after every check that needs KubeRay: it removes the operator and its CRDs."""
     api = config.new_client_from_config(str(local_cluster.kubeconfig))
     kuberay.uninstall_local(api, kuberay.OperatorSpec(version="v1.6.2"), remove_crds=True)
-    wait_gone(
-        client.ApiextensionsV1Api(api).list_custom_resource_definition,
-        what="the Ray CRDs",
-        timeout=120,
-        field_selector="metadata.name=rayclusters.ray.io",
-    )
+    for crd in RAY_CRDS:  # a CRD lingers while objects of its kind still have finalizers
+        wait_gone(
+            client.ApiextensionsV1Api(api).list_custom_resource_definition,
+            what=f"the {crd} CRD",
+            timeout=120,
+            field_selector=f"metadata.name={crd}",
+        )
     done = _run_existing(
         str(local_cluster.kubeconfig),
         "--profile",
