@@ -558,7 +558,7 @@ def guard(root: Path, deadline: float, harness_pid: int, binary: Path) -> int:
     while time.time() < deadline:
         if destroyed():
             return 0
-        time.sleep(min(30.0, max(0.1, deadline - time.time())))
+        time.sleep(min(30.0, max(0.1, deadline - time.time())))  # poll-interval: the run may end first
     if destroyed():
         return 0
     print(f"budget guard: {workspace.name} passed its deadline {utc_rfc3339(deadline)}", flush=True)
@@ -566,7 +566,7 @@ def guard(root: Path, deadline: float, harness_pid: int, binary: Path) -> int:
         os.kill(harness_pid, signal.SIGTERM)
         grace_end = time.time() + GUARD_GRACE_S
         while time.time() < grace_end and _alive(harness_pid) and not destroyed():
-            time.sleep(1.0)
+            time.sleep(1.0)  # poll-interval: the run's own cleanup may finish the destroy
     if destroyed():
         return 0
     terraform = Terraform(binary, workspace, Backend.from_env())

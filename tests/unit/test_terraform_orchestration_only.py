@@ -212,7 +212,7 @@ def test_an_interrupted_apply_is_stopped_with_sigint_then_destroyed(
     def interrupt_when_apply_hangs() -> None:
         deadline = time.monotonic() + 20
         while not hanging.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.05)  # poll-interval: until the stand-in apply is hanging
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)  # as Ctrl-C would
 
     threading.Thread(target=interrupt_when_apply_hangs, daemon=True).start()
@@ -337,7 +337,7 @@ def _wait_gone(pid: int, timeout: float = 10) -> None:
             os.waitpid(pid, os.WNOHANG)  # reap it: it is our child in this test process
         if not Path(f"/proc/{pid}").exists():
             return
-        time.sleep(0.05)
+        time.sleep(0.05)  # poll-interval: until the guard process has exited
     pytest.fail(f"budget guard {pid} is still running after down")
 
 
