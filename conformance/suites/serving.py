@@ -113,7 +113,7 @@ def poll_until(check: Callable[[], T | None], *, what: str, timeout: float) -> T
             if time.monotonic() > deadline:
                 raise WaitTimeout(what, timeout, "not yet")
             line.update("not yet")
-            time.sleep(PROBE_INTERVAL_S)  # poll interval, not a wait for the outcome
+            time.sleep(PROBE_INTERVAL_S)  # poll-interval: no watch shows what an app answers
 
 
 def load_metrics(records: list[Record], metrics: dict[str, float], rate: float = 0) -> analysis.LoadSummary:

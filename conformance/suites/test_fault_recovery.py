@@ -16,6 +16,7 @@ from kubernetes import client
 from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, wait_for, wait_gone
+from conformance.suites import rayjobs
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("fault-recovery")
@@ -99,17 +100,11 @@ def test_deleted_head_is_replaced_and_workers_rejoin(
 
 
 def _rayjob(cluster_values: dict[str, Any], name: str, entrypoint: str, workers: int = 0) -> dict[str, Any]:
-    body = render("ray/rayjob.yaml", **{**cluster_values, "name": name, "entrypoint": entrypoint})
+    body = rayjobs.job(cluster_values, name, entrypoint)
     if workers:
         spec = body["spec"]["rayClusterSpec"]
         spec["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}  # tasks must run on the worker
-        spec["workerGroupSpecs"] = [{
-            "groupName": "small", "replicas": workers, "minReplicas": workers, "maxReplicas": workers,
-            "rayStartParams": {},
-            "template": {"spec": {"containers": [{
-                "name": "ray-worker", "image": cluster_values["image"],
-                "imagePullPolicy": cluster_values["pull_policy"],
-                "resources": cluster_values["worker_resources"]}]}}}]  # fmt: skip
+        spec["workerGroupSpecs"] = rayjobs.fixed_workers(cluster_values, workers)
     return body
 
 
@@ -130,11 +125,7 @@ def _wait_job_end(ray: Ray, name: str, what: str, timeouts: Timeouts) -> dict[st
 def test_running_job_with_task_retries_completes_despite_a_lost_worker(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    entrypoint = (
-        'python -c "import ray, time; ray.init(); '
-        "f = ray.remote(num_cpus=1, max_retries=5)(lambda: (time.sleep(20), 'task-done')[1]); "
-        'print(ray.get(f.remote()))"'
-    )
+    entrypoint = rayjobs.retried_task_runs_for(20, "task-done")
     ray.create("rayjobs", _rayjob(cluster_values, "resilient", entrypoint, workers=1))
     running = ray.wait(
         "rayjobs",
@@ -158,7 +149,7 @@ def test_running_job_with_task_retries_completes_despite_a_lost_worker(
 def test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    body = _rayjob(cluster_values, "headless", 'python -c "import time; time.sleep(60)"')
+    body = _rayjob(cluster_values, "headless", rayjobs.runs_for(60))
     ray.create("rayjobs", body)
     running = ray.wait(
         "rayjobs",

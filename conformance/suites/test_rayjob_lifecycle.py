@@ -15,13 +15,12 @@ from kubernetes import client
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, wait_gone
+from conformance.suites import rayjobs
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("rayjob")
 
 FINISHED = ("Complete", "Failed", "ValidationFailed")
-SUCCEEDS = "python -c \"import time; time.sleep(4); print('rayjob-output-ok')\""
-FAILS = "python -c \"import sys; print('failing on purpose'); sys.exit(3)\""
 
 
 def _status(obj: dict[str, Any]) -> dict[str, Any]:
@@ -31,26 +30,6 @@ def _status(obj: dict[str, Any]) -> dict[str, Any]:
 def _describe(obj: dict[str, Any]) -> str:
     status = _status(obj)
     return f"{status.get('jobDeploymentStatus')}/{status.get('jobStatus')}"
-
-
-def _job(values: dict[str, Any], name: str, entrypoint: str = SUCCEEDS, **spec: Any) -> dict[str, Any]:
-    body = render("ray/rayjob.yaml", **{**values, "name": name, "entrypoint": entrypoint})
-    body["spec"].update(spec)
-    return body
-
-
-def _workers(values: dict[str, Any], replicas: int = 1) -> list[dict[str, Any]]:
-    group = {
-        "groupName": "small",
-        "replicas": replicas,
-        "minReplicas": replicas,
-        "maxReplicas": replicas,
-        "rayStartParams": {},
-        "template": {"spec": {"containers": [{
-            "name": "ray-worker", "image": values["image"], "imagePullPolicy": values["pull_policy"],
-            "resources": values["worker_resources"]}]}},
-    }  # fmt: skip
-    return [group]
 
 
 class Tracker:
@@ -107,7 +86,7 @@ def test_job_moves_initializing_running_complete(
     mode: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
     started = time.monotonic()
-    job = _start(ray, _job(cluster_values, "happy", submissionMode=mode))
+    job = _start(ray, rayjobs.job(cluster_values, "happy", submissionMode=mode))
     with behaviour(f"a {mode} RayJob completes"):
         final = job.finished(_job_timeout(timeouts))
     metrics["job_complete_s"] = round(time.monotonic() - started, 2)
@@ -138,7 +117,7 @@ def _job_logs(ray: Ray, job: dict[str, Any], mode: str) -> str:
 def test_failing_entrypoint_ends_failed_with_app_failed(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
-    job = _start(ray, _job(cluster_values, "app-fails", FAILS))
+    job = _start(ray, rayjobs.job(cluster_values, "app-fails", rayjobs.FAILS))
     final = job.finished(_job_timeout(timeouts))
     status = _status(final)
     assert status["jobDeploymentStatus"] == "Failed", status
@@ -153,7 +132,7 @@ def test_failing_submitter_ends_failed_with_submission_failed(
         "name": "ray-job-submitter", "image": cluster_values["image"],
         "imagePullPolicy": cluster_values["pull_policy"],
         "command": ["bash", "-c", "echo submitter refuses; exit 1"]}]}}  # fmt: skip
-    job = _start(ray, _job(cluster_values, "submit-fails", submitterPodTemplate=submitter))
+    job = _start(ray, rayjobs.job(cluster_values, "submit-fails", submitterPodTemplate=submitter))
     final = job.finished(_job_timeout(timeouts) + timeouts.cleanup)
     status = _status(final)
     assert status["jobDeploymentStatus"] == "Failed", status
@@ -168,7 +147,9 @@ def test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_keeps_the_submi
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
     ttl = 10
-    job = _start(ray, _job(cluster_values, "ttl", shutdownAfterJobFinishes=True, ttlSecondsAfterFinished=ttl))
+    job = _start(
+        ray, rayjobs.job(cluster_values, "ttl", shutdownAfterJobFinishes=True, ttlSecondsAfterFinished=ttl)
+    )
     final = _completed(job, timeouts)
     finished_at = time.monotonic()
     cluster = _status(final)["rayClusterName"]
@@ -196,9 +177,9 @@ def test_deletion_rules_act_in_ttl_order(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
     values = {**cluster_values}
-    body = _job(values, "rules", deletionStrategy={"deletionRules": [
+    body = rayjobs.job(values, "rules", deletionStrategy={"deletionRules": [
         _rule("DeleteWorkers", 0), _rule("DeleteCluster", 10), _rule("DeleteSelf", 20)]})  # fmt: skip
-    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = _workers(values)
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(values)
     job = _start(ray, body)
     final = _completed(job, timeouts)
     cluster = _status(final)["rayClusterName"]
@@ -245,7 +226,7 @@ def _cluster_stays(ray: Ray, cluster: str, timeouts: Timeouts) -> str:
 
 def test_delete_none_deletes_nothing(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts) -> None:
     job = _start(
-        ray, _job(cluster_values, "keep", deletionStrategy={"deletionRules": [_rule("DeleteNone", 0)]})
+        ray, rayjobs.job(cluster_values, "keep", deletionStrategy={"deletionRules": [_rule("DeleteNone", 0)]})
     )
     final = _completed(job, timeouts)
     broken = _cluster_stays(ray, _status(final)["rayClusterName"], timeouts)
@@ -256,7 +237,10 @@ def test_rules_act_only_on_their_outcome(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
     rules = [_rule("DeleteCluster", 0, "SUCCEEDED"), _rule("DeleteNone", 0, "FAILED")]
-    job = _start(ray, _job(cluster_values, "on-failure", FAILS, deletionStrategy={"deletionRules": rules}))
+    job = _start(
+        ray,
+        rayjobs.job(cluster_values, "on-failure", rayjobs.FAILS, deletionStrategy={"deletionRules": rules}),
+    )
     final = job.finished(_job_timeout(timeouts))
     assert _status(final)["jobStatus"] == "FAILED", _status(final)
     broken = _cluster_stays(ray, _status(final)["rayClusterName"], timeouts)
@@ -269,7 +253,7 @@ def test_legacy_on_success_policy_still_works(
     # 1.6 refuses shutdownAfterJobFinishes with a DeleteNone policy, so both outcomes delete the cluster.
     strategy = {"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteCluster"}}
     job = _start(
-        ray, _job(cluster_values, "legacy", shutdownAfterJobFinishes=True, deletionStrategy=strategy)
+        ray, rayjobs.job(cluster_values, "legacy", shutdownAfterJobFinishes=True, deletionStrategy=strategy)
     )
     final = _completed(job, timeouts)
     cluster = _status(final)["rayClusterName"]
@@ -311,7 +295,7 @@ def test_invalid_spec_ends_in_validation_failed_with_a_message(
     case: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
     spec, words = _validation_cases(cluster_values)[case]
-    body = _job(cluster_values, "invalid", **spec)
+    body = rayjobs.job(cluster_values, "invalid", **spec)
     if spec.get("rayClusterSpec", "") is None:
         del body["spec"]["rayClusterSpec"]
     if case == "delete_workers_with_autoscaling":
@@ -330,7 +314,7 @@ def test_invalid_spec_ends_in_validation_failed_with_a_message(
 def test_backoff_limit_retries_with_a_new_cluster_each_time(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    job = _start(ray, _job(cluster_values, "retries", FAILS, backoffLimit=2))
+    job = _start(ray, rayjobs.job(cluster_values, "retries", rayjobs.FAILS, backoffLimit=2))
     clusters: set[str] = set()
 
     def failed_for_good(obj: dict[str, Any]) -> bool:
@@ -351,8 +335,10 @@ def test_backoff_limit_retries_with_a_new_cluster_each_time(
 def test_active_deadline_ends_in_deadline_exceeded_and_is_not_retried(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
-    sleeps = 'python -c "import time; time.sleep(600)"'
-    job = _start(ray, _job(cluster_values, "deadline", sleeps, activeDeadlineSeconds=40, backoffLimit=2))
+    sleeps = rayjobs.runs_for(600)
+    job = _start(
+        ray, rayjobs.job(cluster_values, "deadline", sleeps, activeDeadlineSeconds=40, backoffLimit=2)
+    )
     final = job.finished(_job_timeout(timeouts) + 40)
     status = _status(final)
     assert status["jobDeploymentStatus"] == "Failed", status
@@ -363,7 +349,7 @@ def test_active_deadline_ends_in_deadline_exceeded_and_is_not_retried(
 def test_pre_running_deadline_fails_a_job_whose_cluster_cannot_start(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
-    body = _job(cluster_values, "never-runs", preRunningDeadlineSeconds=20)
+    body = rayjobs.job(cluster_values, "never-runs", preRunningDeadlineSeconds=20)
     head = body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     head["resources"] = {"requests": {"cpu": "64"}, "limits": {"cpu": "64"}}  # no node has that much
     job = _start(ray, body)
@@ -384,7 +370,7 @@ def test_cluster_selector_runs_on_an_existing_cluster_and_never_deletes_it(
         render("ray/raycluster.yaml", **{**cluster_values, "name": "shared", "head_num_cpus": 1}),
     )
     ray.wait_cluster_ready("shared", timeouts.ready)
-    body = _job(cluster_values, "guest", clusterSelector={"ray.io/cluster": "shared"})
+    body = rayjobs.job(cluster_values, "guest", clusterSelector={"ray.io/cluster": "shared"})
     del body["spec"]["rayClusterSpec"]
     job = _start(ray, body)
     final = _completed(job, timeouts)
@@ -420,10 +406,10 @@ def _wait_children_gone(ray: Ray, cluster: str, job_name: str, timeouts: Timeout
 def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    body = _job(
+    body = rayjobs.job(
         cluster_values,
         "pausable",
-        "python -c \"import time; time.sleep(30); print('rayjob-output-ok')\"",
+        rayjobs.runs_for(30, "rayjob-output-ok"),
         shutdownAfterJobFinishes=True,
     )
     job = _start(ray, body)
@@ -452,7 +438,7 @@ def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
 def test_deleting_a_running_job_removes_its_cluster_and_submitter(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    job = _start(ray, _job(cluster_values, "doomed", 'python -c "import time; time.sleep(600)"'))
+    job = _start(ray, rayjobs.job(cluster_values, "doomed", rayjobs.runs_for(600)))
     running = job.until(
         lambda o: _status(o).get("jobDeploymentStatus") == "Running",
         "RayJob doomed to run",
@@ -503,10 +489,10 @@ def test_deleting_a_running_job_stops_its_ray_job_first(
         render("ray/raycluster.yaml", **{**cluster_values, "name": "keeper", "head_num_cpus": 1}),
     )
     ray.wait_cluster_ready("keeper", timeouts.ready)
-    body = _job(
+    body = rayjobs.job(
         cluster_values,
         "stoppable",
-        'python -c "import time; time.sleep(600)"',
+        rayjobs.runs_for(600),
         clusterSelector={"ray.io/cluster": "keeper"},
         submissionMode="HTTPMode",
     )

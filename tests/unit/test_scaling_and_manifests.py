@@ -76,3 +76,16 @@ def test_redis_addon_renders_a_deployment_and_its_service() -> None:
     assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
     assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "r:1"
+
+
+def test_rayjob_entrypoints_are_python_programs_that_compile() -> None:
+    import shlex  # noqa: PLC0415
+
+    from conformance.suites import rayjobs  # noqa: PLC0415
+
+    for entrypoint in (rayjobs.SUCCEEDS, rayjobs.FAILS, rayjobs.runs_for(600),
+                       rayjobs.retried_task_runs_for(20, "task-done")):  # fmt: skip
+        argv = shlex.split(entrypoint)
+        assert argv[:2] == ["python", "-c"], entrypoint
+        compile(argv[2], entrypoint, "exec")
+    assert rayjobs.runs_for(30, "done").endswith("print('done')\"")
