@@ -120,6 +120,36 @@ def _resource_version(listing: Any) -> str:
     return listing.metadata.resource_version
 
 
+def poll_until(
+    check: Callable[[], T | None],
+    *,
+    what: str,
+    timeout: float,
+    every: float = 2.0,
+    retry_on: tuple[type[Exception], ...] = (),
+) -> T:
+    """Ask `check` every `every` seconds until it returns something; WaitTimeout otherwise.
+
+    Only for states no watch shows: what Ray reports about its nodes, what an app answers.
+    `check` returns None for "not yet"; an exception in `retry_on` (say, while a head
+    restarts) also counts as "not yet", any other ends the wait.
+    """
+    deadline = time.monotonic() + timeout
+    last_seen = "not yet"
+    with progress(f"waiting for {what}") as line:
+        while True:
+            try:
+                found = check()
+            except retry_on as exc:
+                found, last_seen = None, f"{type(exc).__name__}: {str(exc)[:200]}"
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise WaitTimeout(what, timeout, last_seen)
+            line.update(last_seen)
+            time.sleep(every)  # poll-interval: the state asked about has no watch
+
+
 @contextmanager
 def behaviour(what: str) -> Iterator[None]:
     """Around a wait that *is* the behaviour under test: running out of time is a conformance failure.

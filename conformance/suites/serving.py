@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -14,11 +13,10 @@ from kubernetes import client
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.ray import ExecError, Ray
-from conformance.kube.wait import WaitTimeout, behaviour
+from conformance.kube.wait import behaviour
 from conformance.load import analysis, traffic
 from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image
 from conformance.load.records import Record, parse_lines
-from conformance.progress import progress
 from conformance.timeouts import Timeouts
 
 T = TypeVar("T")
@@ -98,22 +96,6 @@ def probe(ray: Ray, gen: LoadGenerator, address: str, host: str = "") -> Record 
 def answers(record: Record | None, version: str) -> bool | None:
     """True when the probe got an answer from the app configured with `version`, else None."""
     return True if record is not None and record.ok and record.version == version else None
-
-
-def poll_until(check: Callable[[], T | None], *, what: str, timeout: float) -> T:
-    """Ask `check` every PROBE_INTERVAL_S until it returns something; WaitTimeout otherwise.
-
-    For states only a request can show (what the app answers): there is nothing to watch."""
-    deadline = time.monotonic() + timeout
-    with progress(f"waiting for {what}") as line:
-        while True:
-            found = check()
-            if found is not None:
-                return found
-            if time.monotonic() > deadline:
-                raise WaitTimeout(what, timeout, "not yet")
-            line.update("not yet")
-            time.sleep(PROBE_INTERVAL_S)  # poll-interval: no watch shows what an app answers
 
 
 def load_metrics(records: list[Record], metrics: dict[str, float], rate: float = 0) -> analysis.LoadSummary:

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, wait_for, wait_gone
+from conformance.kube.wait import behaviour, poll_until, wait_for, wait_gone
 from conformance.suites import rayjobs
 from conformance.timeouts import Timeouts
 
@@ -41,18 +41,14 @@ def _alive_workers(ray: Ray, cluster: str) -> int:
 
 
 def _until_workers_alive(ray: Ray, cluster: str, count: int, timeout: float) -> None:
-    """Ray's own view: poll `ray.nodes()` until `count` workers are alive (no watch exists for it)."""
-    deadline = time.monotonic() + timeout
-    seen = -1
-    while time.monotonic() < deadline:
-        try:
-            seen = _alive_workers(ray, cluster)
-        except Exception:  # noqa: BLE001 - the head may still be starting; ask again
-            seen = -1
-        if seen == count:
-            return
-        time.sleep(2)  # poll-interval: Ray offers no watch on its node table
-    raise AssertionError(f"Ray saw {seen} alive workers of {cluster} after {timeout:.0f}s, expected {count}")
+    """Ray's own view: `ray.nodes()` until `count` workers are alive. Asking fails while the head
+    is still starting, which is "not yet" too."""
+    poll_until(
+        lambda: True if _alive_workers(ray, cluster) == count else None,
+        what=f"{count} alive workers of {cluster} in Ray's view",
+        timeout=timeout,
+        retry_on=(Exception,),
+    )
 
 
 @pytest.fixture
@@ -83,7 +79,8 @@ def test_deleted_worker_is_replaced_and_rejoins_ray(
     (old,) = ray.pods(cluster, "worker")
     started = time.monotonic()
     _delete_and_wait_replaced(ray, cluster, old, "worker", timeouts)
-    _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    with behaviour("the replaced worker rejoins Ray"):
+        _until_workers_alive(ray, cluster, 1, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
 
 
@@ -95,7 +92,8 @@ def test_deleted_head_is_replaced_and_workers_rejoin(
     _delete_and_wait_replaced(ray, cluster, ray.head_pod(cluster), "head", timeouts)
     with behaviour("the RayCluster is ready again after losing its head (kuberay#1141)"):
         ray.wait_cluster_ready(cluster, timeouts.ready)
-    _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    with behaviour("the workers rejoin the new head (kuberay#1141)"):
+        _until_workers_alive(ray, cluster, 1, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
 
 
@@ -242,7 +240,8 @@ def test_killed_head_process_restarts_the_head_and_workers_rejoin(
             label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head",
         )
         ray.wait_cluster_ready(cluster, timeouts.ready)
-    _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    with behaviour("the worker rejoins the restarted head"):
+        _until_workers_alive(ray, cluster, 1, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
 
 
@@ -418,15 +417,13 @@ def test_gcs_ft_detached_actor_and_serve_app_survive_head_loss(
 
 def _until_head_answers(ray: Ray, cluster: str, script: str, timeout: float) -> str:
     """Run `script` on the head once Ray there accepts drivers again (it may lag the pod's readiness)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            command = ["python", "-c", script, str(timeout)]
-            return ray.exec(ray.head_pod(cluster), command, timeout=timeout + 60)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(2)  # poll-interval: a new head's GCS answers drivers a little after it is Ready
+    command = ["python", "-c", script, str(timeout)]
+    return poll_until(
+        lambda: ray.exec(ray.head_pod(cluster), command, timeout=timeout + 60),
+        what=f"the new head of {cluster} to run a driver",
+        timeout=timeout,
+        retry_on=(Exception,),  # exec errors, no head pod yet, API hiccups while it restarts
+    )
 
 
 def test_gcs_ft_cluster_deletion_cleans_its_redis_state(

@@ -9,7 +9,6 @@ not applicable there.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.scaling import ScaleWatcher
-from conformance.kube.wait import behaviour, wait_for
+from conformance.kube.wait import behaviour, poll_until, wait_for
 from conformance.profiles import Profile
 from conformance.report.timelines import Recorder
 from conformance.suites.autoscaling import ask, autoscaling_cluster, rejected, release, until
@@ -58,15 +57,13 @@ def test_gpu_count_precedence_in_rays_view(
 
 
 def _until_registered(ray: Ray, group_of: dict[str, str], timeout: float) -> dict[str, float]:
-    """GPUs per group once every worker is an alive Ray node (Ray offers no watch on its node table)."""
-    deadline = time.monotonic() + timeout
-    seen: dict[str, float] = {}
-    while time.monotonic() < deadline:
+    """GPUs per group once every worker is an alive Ray node."""
+
+    def registered() -> dict[str, float] | None:
         seen = _gpus_by_group(ray, group_of)
-        if len(seen) == len(group_of):
-            return seen
-        time.sleep(2)  # poll-interval: Ray offers no watch on its node table
-    raise AssertionError(f"only {sorted(seen)} of {sorted(group_of.values())} registered in Ray")
+        return seen if len(seen) == len(group_of) else None
+
+    return poll_until(registered, what="every worker registered in Ray", timeout=timeout)
 
 
 def _gpus_by_group(ray: Ray, group_of: dict[str, str]) -> dict[str, float]:

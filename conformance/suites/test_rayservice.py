@@ -18,7 +18,7 @@ from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour
+from conformance.kube.wait import behaviour, poll_until
 from conformance.load.generator import running
 from conformance.profiles import Profile
 from conformance.suites import serving
@@ -80,10 +80,11 @@ def test_serve_config_change_is_applied_in_place_without_failed_requests(
         patched = time.time()
         ray.patch("rayservices", NAME, {"spec": {"serveConfigV2": changed}})
         with behaviour("the new Serve config answers through the Gateway"):
-            serving.poll_until(
+            poll_until(
                 lambda: serving.answers(serving.probe(ray, gen, address, host), "v2"),
                 what="the app to answer with the new message",
                 timeout=timeouts.upgrade,
+                every=serving.PROBE_INTERVAL_S,
             )
         metrics["in_place_update_s"] = round(time.time() - patched, 2)
         # The load runs on until KubeRay reports the change done, so its aftermath is measured too.
