@@ -18,6 +18,7 @@ from kubernetes.dynamic import DynamicClient
 
 from conformance.install import kuberay
 from conformance.kube.manifests import render_all
+from conformance.kube.pods import is_ready
 from conformance.kube.wait import wait_for
 
 TEMPLATE = "kuberay/scoped-operator.yaml"
@@ -71,7 +72,7 @@ def start(api: client.ApiClient, operator: ScopedOperator, timeout: float) -> cl
         kuberay.apply_object(dynamic, doc)
     return wait_for(
         client.CoreV1Api(api).list_namespaced_pod,
-        lambda pod: any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []),
+        is_ready,
         what=f"the scoped operator {operator.namespace}/{operator.name} to be Ready",
         timeout=timeout,
         describe=lambda pod: pod.status.phase or "",

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from conformance.kube.manifests import render, render_all
+from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, poll_until, wait_for, wait_gone
 from conformance.suites import rayjobs
@@ -27,12 +28,6 @@ ALIVE_WORKERS = (
     "alive = [n for n in ray.nodes() if n['Alive'] and 'node:__internal_head__' not in n['Resources']]\n"
     "print('alive-workers', len(alive))\n"
 )
-
-
-def _ready(pod: Any) -> bool:
-    return pod.metadata.deletion_timestamp is None and any(
-        c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []
-    )
 
 
 def _alive_workers(ray: Ray, cluster: str) -> int:
@@ -65,7 +60,7 @@ def _delete_and_wait_replaced(ray: Ray, cluster: str, old: Any, node_type: str, 
     with behaviour(f"a deleted {node_type} pod is replaced by a Ready one"):
         wait_for(
             ray.core.list_namespaced_pod,
-            lambda p: p.metadata.uid != old.metadata.uid and _ready(p),
+            lambda p: p.metadata.uid != old.metadata.uid and is_serving(p),
             what=f"a new {node_type} pod to be Ready",
             timeout=timeouts.ready,
             namespace=ray.namespace,
@@ -201,12 +196,9 @@ FIND_PROCESS = (
 )
 
 
-def _head_container_restarts(pod: Any) -> int:
-    return sum(s.restart_count for s in pod.status.container_statuses or [] if s.name == "ray-head")
-
-
-def _restarted(pod: Any, before: Any, restarts: int) -> bool:
-    return pod.metadata.uid != before.metadata.uid or _head_container_restarts(pod) > restarts
+def _restarted(pod: Any, before: Any, restarts_before: int) -> bool:
+    """A new head pod, or the same one whose Ray container restarted."""
+    return pod.metadata.uid != before.metadata.uid or restarts(pod, "ray-head") > restarts_before
 
 
 @pytest.mark.parametrize("process", ["gcs_server", "raylet"])
@@ -220,7 +212,7 @@ def test_killed_head_process_restarts_the_head_and_workers_rejoin(
     KubeRay replaces the pod). Either way the cluster must come back and its worker rejoin.
     """
     head = ray.head_pod(cluster)
-    restarts = _head_container_restarts(head)
+    restarts_before = restarts(head, "ray-head")
     pids = ray.exec(head, ["python", "-c", FIND_PROCESS, process]).split()
     if len(pids) != 1:
         raise RuntimeError(f"expected one {process} in {head.metadata.name}, found PIDs {pids}")
@@ -231,9 +223,7 @@ def test_killed_head_process_restarts_the_head_and_workers_rejoin(
     with behaviour(f"the head restarts after its {process} was killed"):
         wait_for(
             ray.core.list_namespaced_pod,
-            lambda p: (
-                _ready(p) and (p.metadata.uid != head.metadata.uid or _head_container_restarts(p) > restarts)
-            ),
+            lambda p: is_serving(p) and _restarted(p, head, restarts_before),
             what=f"the head to restart after {process} was killed",
             timeout=timeouts.ready,
             namespace=ray.namespace,
@@ -338,7 +328,7 @@ def _start_redis(ray: Ray, profile: Any, timeouts: Timeouts) -> Any:
         utils.create_from_dict(ray.api, obj, namespace=ray.namespace)
     return wait_for(
         ray.core.list_namespaced_pod,
-        _ready,
+        is_serving,
         what="Redis to be Ready",
         timeout=timeouts.ready,
         namespace=ray.namespace,

@@ -16,6 +16,7 @@ from conformance.environment import Environment
 from conformance.errors import ProvisioningError
 from conformance.install import crd_drift, kuberay, scoped_operator
 from conformance.kube.manifests import render
+from conformance.kube.pods import is_serving
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, wait_for
 from conformance.plugin import NOT_APPLICABLE, RUN_LABEL
@@ -85,11 +86,7 @@ def test_operator_is_ready_and_recovers_after_its_pod_is_deleted(
     core.delete_namespaced_pod(old.metadata.name, ns)
 
     def replaced_and_ready(pod: client.V1Pod) -> bool:
-        return (
-            pod.metadata.name != old.metadata.name
-            and pod.metadata.deletion_timestamp is None
-            and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-        )
+        return pod.metadata.name != old.metadata.name and is_serving(pod)
 
     with behaviour("the operator comes back Ready after its pod is deleted"):
         wait_for(

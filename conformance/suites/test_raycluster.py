@@ -12,6 +12,7 @@ from kubernetes import client
 
 from conformance.environment import Environment
 from conformance.kube.manifests import render, render_all
+from conformance.kube.pods import is_ready, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, wait_for, wait_gone
 from conformance.plugin import NOT_APPLICABLE
@@ -37,7 +38,7 @@ def _create_ready(
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
     head = wait_for(
         ray.core.list_namespaced_pod,
-        lambda p: any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []),
+        is_ready,
         what=f"the head pod of {values['name']} to be Ready",
         timeout=timeouts.ready,
         namespace=ray.namespace,
@@ -102,7 +103,7 @@ def head_and_workers(shared: Ray, profile: Profile, ray_version: str, timeouts: 
     started = time.monotonic()
     wait_for(
         shared.core.list_namespaced_pod,
-        lambda _p: sum(_ready(p) for p in shared.pods("hw", "worker")) == 2,
+        lambda _p: sum(is_ready(p) for p in shared.pods("hw", "worker")) == 2,
         what="both workers of hw to be Ready",
         timeout=timeouts.ready,
         namespace=shared.namespace,
@@ -110,10 +111,6 @@ def head_and_workers(shared: Ray, profile: Profile, ray_version: str, timeouts: 
     )
     timings["workers_ready_s"] = round(timings["cluster_ready_s"] + time.monotonic() - started, 2)
     return timings
-
-
-def _ready(pod: client.V1Pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 def test_head_and_workers_report_documented_conditions(
@@ -170,7 +167,7 @@ def test_a_task_submitted_through_the_head_runs_on_a_worker(
 def test_image_change_does_not_restart_existing_pods(
     head_and_workers: dict[str, float], shared: Ray, timeouts: Timeouts
 ) -> None:
-    before = {p.metadata.uid: _restarts(p) for p in shared.pods("hw")}
+    before = {p.metadata.uid: restarts(p) for p in shared.pods("hw")}
     spec = shared.get("rayclusters", "hw")["spec"]
     image = spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
     patch = {"spec": {"headGroupSpec": {"template": {"spec": {"containers": [
@@ -180,17 +177,13 @@ def test_image_change_does_not_restart_existing_pods(
     # (it watches RayClusters); for the observation window no pod may be replaced or restarted.
     broken = holds_for(
         shared.core.list_namespaced_pod,
-        lambda pod: pod.metadata.uid in before and _restarts(pod) == before[pod.metadata.uid],
+        lambda pod: pod.metadata.uid in before and restarts(pod) == before[pod.metadata.uid],
         what="the pods of hw are neither replaced nor restarted",
         duration=timeouts.apply,
         namespace=shared.namespace,
         label_selector="ray.io/cluster=hw",
     )
     assert not broken, f"after an image change: {broken}"
-
-
-def _restarts(pod: client.V1Pod) -> int:
-    return sum(c.restart_count for c in pod.status.container_statuses or [])
 
 
 def test_deleting_the_raycluster_removes_its_pods_and_services(

@@ -16,6 +16,7 @@ from kubernetes import client
 
 from conformance.install import gateway
 from conformance.kube.manifests import render_all
+from conformance.kube.pods import is_ready
 from conformance.kube.rayservice import Gateways, route_weights
 from conformance.kube.wait import wait_for
 from conformance.load import analysis
@@ -79,7 +80,7 @@ def backends(core: client.CoreV1Api, namespace: str, image: str) -> Iterator[lis
     for name in names:
         wait_for(
             core.list_namespaced_pod,
-            lambda p: any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []),
+            is_ready,
             what=f"{name} ready",
             timeout=120,
             namespace=namespace,

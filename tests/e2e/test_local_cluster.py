@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from conformance.kube.pods import is_ready
 from conformance.kube.wait import wait_for
 from conformance.providers.base import Cluster
 from conformance.providers.local import components, images, pins
@@ -110,7 +111,7 @@ def _serve(core: client.CoreV1Api, namespace: str, image: str, body: str) -> cli
     )
     wait_for(
         core.list_namespaced_pod,
-        lambda p: any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []),
+        is_ready,
         what="pod web to be ready",
         timeout=READY_TIMEOUT,
         namespace=namespace,
