@@ -13,7 +13,6 @@ from typing import Any
 from kubernetes import client
 
 from conformance.kube.manifests import render
-from conformance.kube.pods import restarts as restarts_of
 from conformance.kube.ray import Ray
 from conformance.kube.scaling import ScaleWatcher
 from conformance.kube.wait import WaitTimeout, wait_for
@@ -103,7 +102,7 @@ def describe(sample: Any) -> str:
 def restarts(ray: Ray, cluster: str) -> dict[str, int]:
     """Restart counts of the head's containers (the Ray head and the autoscaler sidecar)."""
     head = ray.head_pod(cluster)
-    return {s.name: restarts_of(head, s.name) for s in head.status.container_statuses or []}
+    return {s.name: s.restart_count for s in head.status.container_statuses or []}
 
 
 def rejected(ray: Ray, body: dict[str, Any], expected: str, timeouts: Timeouts) -> str:
