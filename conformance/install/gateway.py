@@ -104,18 +104,9 @@ def _only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def wait_ready(api_client: client.ApiClient, class_name: str, timeout: float) -> None:
-    apps = client.AppsV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     try:
-        wait_for(
-            apps.list_namespaced_deployment,
-            _rolled_out,
-            what="Traefik available",
-            timeout=timeout,
-            describe=kuberay.describe_deployment,
-            namespace=NAMESPACE,
-            field_selector="metadata.name=traefik",
-        )
+        wait_rolled_out(api_client, NAMESPACE, "traefik", timeout)
         wait_for(
             lambda **kw: custom.list_cluster_custom_object(GROUP, "v1", "gatewayclasses", **kw),
             lambda gc: condition_true(gc, "Accepted"),
@@ -129,6 +120,20 @@ def wait_ready(api_client: client.ApiClient, class_name: str, timeout: float) ->
             f"the Gateway implementation did not become ready: {exc.last_seen}",
             f"see the logs of deployment/traefik in namespace {NAMESPACE}",
         ) from exc
+
+
+def wait_rolled_out(api_client: client.ApiClient, namespace: str, name: str, timeout: float) -> None:
+    """Wait until Deployment `name` is available with every pod of its current spec (an add-on
+    the harness installs: Traefik, the local-path provisioner); raises WaitTimeout."""
+    wait_for(
+        client.AppsV1Api(api_client).list_namespaced_deployment,
+        _rolled_out,
+        what=f"{name} available",
+        timeout=timeout,
+        describe=kuberay.describe_deployment,
+        namespace=namespace,
+        field_selector=f"metadata.name={name}",
+    )
 
 
 def _rolled_out(dep: Any) -> bool:

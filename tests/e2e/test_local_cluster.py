@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from conformance.kube.pods import is_ready
-from conformance.kube.wait import wait_for
+from conformance.kube.wait import wait_for, wait_gone
 from conformance.providers.base import Cluster
 from conformance.providers.local import components, images, pins
 from conformance.providers.local.cleanup import POD_CGROUP_ROOT, mounts_below
@@ -25,6 +25,7 @@ from conformance.providers.local.journal import read_sysctl
 from conformance.providers.local.provider import CGROUP_NAME, LocalProvider
 
 READY_TIMEOUT = 120
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 
 
 @pytest.fixture(scope="session")
@@ -175,6 +176,61 @@ def test_in_cluster_config_is_allowed_what_rbac_grants_and_refused_the_rest(
     assert "rc=0" in logs
     assert "Forbidden" in logs and 'cannot list resource "secrets"' in logs
     assert "rc=1" in logs
+
+
+def test_the_default_storage_class_provisions_a_claim_below_the_state_directory(
+    local_provider: LocalProvider, core: client.CoreV1Api, api: client.ApiClient, namespace: str, toolbox: str
+) -> None:
+    """`up` offers local-path-provisioner as the default class: a claim naming no class gets a
+    hostPath volume on first use, below the state directory, and it goes with its claim."""
+    classes = client.StorageV1Api(api).list_storage_class().items
+    default = [c for c in classes if (c.metadata.annotations or {}).get(DEFAULT_CLASS) == "true"]
+    assert [(c.metadata.name, c.provisioner) for c in default] == [("local-path", "rancher.io/local-path")]
+    assert default[0].volume_binding_mode == "WaitForFirstConsumer"
+    assert default[0].reclaim_policy == "Delete"
+    claim = {
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "16Mi"}}},
+    }
+    core.create_namespaced_persistent_volume_claim(namespace, claim)
+    token = uuid.uuid4().hex
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    pod = _pod(
+        "writer",
+        toolbox,
+        f"echo {token} > /data/token && cat /data/token",
+        restartPolicy="Never",
+        volumes=volumes,
+    )
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    core.create_namespaced_pod(namespace, pod)
+    wait_for(
+        core.list_namespaced_pod,
+        _phase_is("Succeeded", "Failed"),
+        what="pod writer to finish",
+        timeout=READY_TIMEOUT,
+        describe=lambda p: str(p.status.phase),
+        namespace=namespace,
+        field_selector="metadata.name=writer",
+    )
+    assert core.read_namespaced_pod_log("writer", namespace).strip() == token
+    pvc = core.read_namespaced_persistent_volume_claim("data", namespace)
+    assert (pvc.status.phase, pvc.spec.storage_class_name) == ("Bound", "local-path")
+    pv = core.read_persistent_volume(pvc.spec.volume_name)
+    assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == "rancher.io/local-path"
+    directory = Path(pv.spec.host_path.path)
+    assert directory.parent == local_provider.state.volumes
+    assert (directory / "token").read_text().strip() == token
+    # reclaimPolicy Delete: the helper pod removes the directory, then the volume goes.
+    core.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
+    core.delete_namespaced_persistent_volume_claim("data", namespace)
+    wait_gone(
+        core.list_persistent_volume,
+        what=f"volume {pv.metadata.name}",
+        timeout=READY_TIMEOUT,
+        field_selector=f"metadata.name={pv.metadata.name}",
+    )
+    assert not directory.exists()
 
 
 def test_kubelet_restarts_a_killed_container(core: client.CoreV1Api, namespace: str, toolbox: str) -> None:

@@ -118,6 +118,11 @@ class StateLayout:
         return self.root / "cni" / "state"
 
     @property
+    def volumes(self) -> Path:
+        """Where the default StorageClass (local-path-provisioner) makes each volume's directory."""
+        return self.root / "volumes"
+
+    @property
     def journal(self) -> Path:
         """Host changes made by `up`, undone in reverse order by `down`."""
         return self.root / "host-changes.json"

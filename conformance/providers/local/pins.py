@@ -28,6 +28,8 @@ TRAEFIK = "v3.6.12"
 GATEWAY_API = "v1.4.1"
 # The open-model load generator of the RayService checks, run as a pod in the cluster.
 VEGETA = "v12.13.0"
+# The dynamic hostPath provisioner behind the local provider's default StorageClass.
+LOCAL_PATH_PROVISIONER = "v0.0.30"
 DEBIAN_SUITE = "bookworm"
 
 
@@ -165,6 +167,15 @@ TOOLS: dict[str, GoTool] = {
         go_directive="1.22",
         ldflags=(f"-X main.Version={VEGETA}",),
     ),
+    "local-path-provisioner": GoTool(
+        name="local-path-provisioner",
+        module="github.com/rancher/local-path-provisioner",
+        version=LOCAL_PATH_PROVISIONER,
+        # The module root is the main package; its go.mod has no replace directives.
+        packages=("github.com/rancher/local-path-provisioner",),
+        go_directive="1.23.0",
+        ldflags=(f"-X main.VERSION={LOCAL_PATH_PROVISIONER}",),
+    ),
 }
 
 # A binary is named after the last path element of its package, except where that is a
@@ -173,4 +184,5 @@ BINARY_NAMES = {
     "go.etcd.io/etcd/server/v3": "etcd",
     "github.com/ray-project/kuberay/ray-operator": "kuberay-operator",
     "github.com/tsenart/vegeta/v12": "vegeta",
+    "github.com/rancher/local-path-provisioner": "local-path-provisioner",
 }

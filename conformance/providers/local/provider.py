@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from conformance import interrupts
 from conformance.errors import ProvisioningError, UsageError
+from conformance.install import storage
 from conformance.kube.wait import wait_for
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
@@ -99,9 +100,11 @@ class LocalProvider:
         network.check_ranges_free(self.net)
         bins = self.ensure_binaries()
         pause = images.pause_image(self.cache)
+        # Built before anything starts, like the binaries: a cold build takes minutes.
+        storage_images = storage.build_images(self.cache, bins.kubernetes / "kubectl")
         existed = self.state.root.exists() and bool(self.supervisor.records())
         try:
-            self._bring_up(bins, pause)
+            self._bring_up(bins, pause, storage_images)
         except BaseException:
             # A first `up` that fails (or is interrupted) leaves nothing half-started; a repair
             # of a cluster that existed before keeps what still runs, for `status` and the logs.
@@ -165,7 +168,9 @@ class LocalProvider:
 
     # -- bring-up ------------------------------------------------------------------------
 
-    def _bring_up(self, bins: components.Binaries, pause: images.ImageArchive) -> None:
+    def _bring_up(
+        self, bins: components.Binaries, pause: images.ImageArchive, storage_images: storage.StorageImages
+    ) -> None:
         for directory in (self.state.root, self.state.logs, self.state.pids):
             directory.mkdir(parents=True, exist_ok=True)
         self._record_kernel_tunables()
@@ -182,6 +187,7 @@ class LocalProvider:
                 self.load_image(pause)
         self._wait_node_ready()
         self._advertise_simulated_gpus()
+        self._offer_default_storage_class(storage_images)
 
     def _components(self, bins: components.Binaries) -> list[components.Component]:
         return components.all_components(self.state, self.net, bins)
@@ -363,6 +369,13 @@ class LocalProvider:
                     }
                 }
             },
+        )
+
+    def _offer_default_storage_class(self, storage_images: storage.StorageImages) -> None:
+        """local-path-provisioner as the default StorageClass, as kind offers it: a claim that
+        names no class gets a hostPath volume below the state directory (so `down` removes it)."""
+        storage.install_local(
+            self, self._api(), storage_images, self.state.volumes, self.settings.node_ready_timeout_s
         )
 
     # -- status --------------------------------------------------------------------------
