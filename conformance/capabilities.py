@@ -13,6 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 GATEWAY_CRD = "gateways.gateway.networking.k8s.io"
+DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -33,14 +34,22 @@ class Capabilities:
     simulated_gpus: bool = False
     gateway_api: bool = False
     gateway_classes: tuple[str, ...] = ()
+    # StorageClasses annotated as the default: a claim that names no class is provisioned by one.
+    default_storage_classes: tuple[str, ...] = ()
 
     def missing(self, need: str, gateway_class: str = "") -> str:
         """Why the precondition `need` is absent, or "" when it holds.
 
         `need` is one of: gpu, real_gpu, gateway_api, gate:<Name>, kuberay>=<version>, kubernetes>=<version>.
         """
-        if need == "gpu":
-            return "" if self.gpu_capacity > 0 else "the cluster has no allocatable GPUs"
+        plain = {
+            "gpu": "" if self.gpu_capacity > 0 else "the cluster has no allocatable GPUs",
+            "default_storage_class": ""
+            if self.default_storage_classes
+            else "the cluster has no default StorageClass to provision a claim that names none",
+        }
+        if need in plain:
+            return plain[need]
         if need == "real_gpu":
             if self.simulated_gpus:
                 return "the cluster's GPUs are simulated (an extended resource on a CPU host): no CUDA device"
@@ -87,6 +96,14 @@ def detect(
             "gateway.networking.k8s.io", "v1", "gatewayclasses"
         )
         classes = tuple(item["metadata"]["name"] for item in listing["items"])
+    storage_classes = client.StorageV1Api(api).list_storage_class().items
+    default_classes = tuple(
+        sorted(
+            c.metadata.name
+            for c in storage_classes
+            if (c.metadata.annotations or {}).get(DEFAULT_STORAGE_CLASS) == "true"
+        )
+    )
     return Capabilities(
         kubernetes_version=kubernetes_version,
         kuberay_version=kuberay_version,
@@ -95,4 +112,5 @@ def detect(
         simulated_gpus=simulated_gpus,
         gateway_api=gateway_api,
         gateway_classes=classes,
+        default_storage_classes=default_classes,
     )

@@ -177,6 +177,7 @@ class ConformanceRun:
             "simulated_gpus": caps.simulated_gpus,
             "gateway_api": caps.gateway_api,
             "gateway_classes": list(caps.gateway_classes),
+            "default_storage_classes": list(caps.default_storage_classes),
             "profile_source": str(self.options.profile.source),
             "kuberay_requested": self.options.profile.kuberay.version,
             "notes": list(self.environment.notes),

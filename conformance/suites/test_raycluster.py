@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from conformance.environment import Environment
-from conformance.kube.manifests import render, render_all
+from conformance.capabilities import Capabilities
+from conformance.kube.manifests import render
 from conformance.kube.pods import is_ready, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, wait_for, wait_gone
-from conformance.plugin import NOT_APPLICABLE
 from conformance.profiles import Profile
 from conformance.suites.conftest import manifest_values
 from conformance.timeouts import Timeouts
@@ -213,43 +211,35 @@ def test_deleting_the_raycluster_removes_its_pods_and_services(
 
 CLAIM = "data"
 MOUNT = "/data"
-DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"  # set by every external provisioner's library
 
 
 @pytest.fixture
-def claim(api: client.ApiClient, namespace: str, conformance: Environment) -> Iterator[str]:
-    """A claim on the default StorageClass; where there is none, on a hostPath PersistentVolume
-    made here for this claim alone, which only works on a one-node cluster."""
-    core = client.CoreV1Api(api)
-    classes = client.StorageV1Api(api).list_storage_class().items
-    static = not any((c.metadata.annotations or {}).get(DEFAULT_CLASS) == "true" for c in classes)
-    if static and len(core.list_node().items) != 1:
-        pytest.skip(
-            NOT_APPLICABLE + "no default StorageClass, and a hostPath volume needs a one-node cluster"
-        )
-    pv_name = f"krc-{namespace}"[:63]
-    objects = render_all(
-        "storage/volume.yaml",
-        static_pv=static,
-        pv_name=pv_name,
-        run_id=conformance.options.run_id,
-        namespace=namespace,
-        claim=CLAIM,
-        host_path=f"{HOST_VOLUMES}/{pv_name}",
+def claim(api: client.ApiClient, namespace: str) -> str:
+    """A claim that names no StorageClass: the cluster's default class provisions its volume
+    (on the local provider, local-path-provisioner makes a hostPath one on the node). With
+    WaitForFirstConsumer it stays Pending until the first pod that mounts it is scheduled."""
+    pvc = render("storage/volume.yaml", namespace=namespace, claim=CLAIM)
+    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, pvc)
+    return CLAIM
+
+
+def _provisioned_by_the_default_class(ray: Ray, claim: str, capabilities: Capabilities) -> None:
+    """The claim's volume was made on demand by the default class's provisioner, for this claim."""
+    pvc = ray.core.read_namespaced_persistent_volume_claim(claim, ray.namespace)
+    assert pvc.spec.storage_class_name in capabilities.default_storage_classes, (
+        f"claim {claim} got class {pvc.spec.storage_class_name!r}, "
+        f"not the default ({', '.join(capabilities.default_storage_classes)})"
     )
-    for obj in objects:
-        if obj["kind"] == "PersistentVolume":
-            core.create_persistent_volume(obj)
-        else:
-            core.create_namespaced_persistent_volume_claim(namespace, obj)
-    yield CLAIM
-    if static:
-        # Released once the namespace (and so the claim) is gone; Retain keeps the data until then.
-        core.delete_persistent_volume(pv_name)
-
-
-# Where the hostPath volumes live on the node when the cluster provisions none.
-HOST_VOLUMES = "/var/tmp/kuberay-conformance-volumes"
+    assert pvc.spec.volume_name, f"claim {claim} is bound to no volume"
+    pv = ray.core.read_persistent_volume(pvc.spec.volume_name)
+    provisioner = client.StorageV1Api(ray.api).read_storage_class(pvc.spec.storage_class_name).provisioner
+    assert (pv.metadata.annotations or {}).get(PROVISIONED_BY) == provisioner, (
+        f"volume {pv.metadata.name} was not provisioned by {provisioner}: {pv.metadata.annotations}"
+    )
+    assert pv.spec.storage_class_name == pvc.spec.storage_class_name
+    assert (pv.spec.claim_ref.namespace, pv.spec.claim_ref.name) == (ray.namespace, claim)
+    assert pv.spec.claim_ref.uid == pvc.metadata.uid, "the volume was made for another claim of that name"
 
 
 CHMOD_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
@@ -260,8 +250,8 @@ def _mount_claim(pod_spec: dict[str, Any], claim: str) -> None:
     ray_container = pod_spec["containers"][0]
     pod_spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
     ray_container["volumeMounts"] = mount
-    # A new volume belongs to root (hostPath ones always: fsGroup does not apply to them) and
-    # Ray runs as another user; this lets it write.
+    # A new volume may belong to root (hostPath ones, local-path-provisioner's among them, ignore
+    # fsGroup) and Ray runs as another user; this lets it write whatever the class makes.
     pod_spec["initContainers"] = [{
         "name": "writable", "image": ray_container["image"],
         "imagePullPolicy": ray_container["imagePullPolicy"],
@@ -307,10 +297,12 @@ def _claim_kept(ray: Ray, claim: str) -> None:
     assert pvc.status.phase == "Bound", f"claim {claim} is {pvc.status.phase}"
 
 
+@pytest.mark.requires("default_storage_class")
 def test_a_claim_outlives_its_raycluster_with_its_data(
     ray: Ray,
     cluster_values: dict[str, Any],
     claim: str,
+    capabilities: Capabilities,
     timeouts: Timeouts,
     metrics: dict[str, float],
 ) -> None:
@@ -319,6 +311,7 @@ def test_a_claim_outlives_its_raycluster_with_its_data(
     _mount_claim(body["spec"]["headGroupSpec"]["template"]["spec"], claim)
     ray.create("rayclusters", body)
     ray.wait_cluster_ready(name, timeouts.ready)
+    _provisioned_by_the_default_class(ray, claim, capabilities)
     ray.python_in_head(name, f"open('{MOUNT}/marker', 'w').write('{marker}')")
     started = time.monotonic()
     ray.delete("rayclusters", name)
@@ -328,10 +321,12 @@ def test_a_claim_outlives_its_raycluster_with_its_data(
     assert _read_back(ray, cluster_values, claim, "marker", timeouts).strip() == marker
 
 
+@pytest.mark.requires("default_storage_class")
 def test_a_rayjob_result_on_a_claim_is_readable_after_its_cluster_is_gone(
     ray: Ray,
     cluster_values: dict[str, Any],
     claim: str,
+    capabilities: Capabilities,
     timeouts: Timeouts,
     metrics: dict[str, float],
 ) -> None:
@@ -355,6 +350,7 @@ def test_a_rayjob_result_on_a_claim_is_readable_after_its_cluster_is_gone(
     )
     assert job["status"].get("jobStatus") == "SUCCEEDED", f"RayJob {name}: {job['status']}"
     metrics["job_complete_s"] = round(time.monotonic() - started, 2)
+    _provisioned_by_the_default_class(ray, claim, capabilities)
     cluster = job["status"]["rayClusterName"]
     _pods_gone(ray, cluster, "shutdownAfterJobFinishes deletes the RayJob's cluster", timeouts)
     assert not ray.list_fn("rayclusters")(field_selector=f"metadata.name={cluster}")["items"]
