@@ -254,6 +254,7 @@ def test_read_paths_run_with_the_documented_permissions(
     assert facts == admin_facts, "the operator reads back differently under the documented permissions"
     found = caps.detect(reader_api, facts.version, facts.effective_feature_gates, simulated_gpus=False)
     assert found.kubernetes_version and found.gateway_api == conformance.capabilities.gateway_api
+    assert found.default_storage_classes == conformance.capabilities.default_storage_classes
     files = diagnostics.collect(reader_api, ray.namespace, conformance.operator_namespace, tmp_path)
     refused = [str(f.relative_to(tmp_path)) for f in files if "could not collect" in f.read_text()]
     assert not refused, f"diagnostics refused under the documented permissions: {refused}"
