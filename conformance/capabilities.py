@@ -40,7 +40,9 @@ class Capabilities:
     def missing(self, need: str, gateway_class: str = "") -> str:
         """Why the precondition `need` is absent, or "" when it holds.
 
-        `need` is one of: gpu, real_gpu, gateway_api, gate:<Name>, kuberay>=<version>, kubernetes>=<version>.
+        `need` is one of: gpu, real_gpu, gateway_api, gate:<Name>, kuberay>=<version>,
+        kuberay<<version>, kubernetes>=<version>, kubernetes<<version>. The `<` form is for
+        behaviour a later release changed (the check of the later one says >= the same version).
         """
         plain = {
             "gpu": "" if self.gpu_capacity > 0 else "the cluster has no allocatable GPUs",
@@ -68,6 +70,11 @@ class Capabilities:
                 wanted = need.split(">=", 1)[1]
                 if version_tuple(have) < version_tuple(wanted):
                     return f"{subject} {have} is older than {wanted}"
+                return ""
+            if need.startswith(f"{subject}<"):
+                bound = need.split("<", 1)[1]
+                if version_tuple(have) >= version_tuple(bound):
+                    return f"{subject} {have} is {bound} or newer"
                 return ""
         raise ValueError(f"unknown precondition {need!r}")
 

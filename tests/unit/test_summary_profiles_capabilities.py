@@ -113,6 +113,16 @@ def test_capabilities_explain_what_is_missing() -> None:
     assert version_tuple("v1.35.4-dispatcher") == (1, 35, 4)
 
 
+def test_an_upper_version_bound_is_not_applicable_from_that_version_on() -> None:
+    older = Capabilities(kubernetes_version="v1.35.4", kuberay_version="v1.6.2")
+    newer = Capabilities(kubernetes_version="v1.35.4", kuberay_version="v1.7.0")
+    assert older.missing("kuberay<1.7.0") == ""
+    assert newer.missing("kuberay<1.7.0") == "kuberay v1.7.0 is 1.7.0 or newer"
+    assert newer.missing("kuberay>=1.7.0") == ""
+    assert older.missing("kuberay>=1.6.1") == ""
+    assert older.missing("kubernetes<1.35") == "kubernetes v1.35.4 is 1.35 or newer"
+
+
 def test_simulated_gpus_serve_scheduling_checks_but_not_cuda_ones() -> None:
     simulated = Capabilities(
         kubernetes_version="v1.35.4",
