@@ -104,6 +104,23 @@ def is_ready(svc: dict[str, Any]) -> bool:
     )
 
 
+def cluster_suspended(cluster: dict[str, Any]) -> bool:
+    """A RayCluster asked to suspend whose pods are all gone: KubeRay's state `suspended`, or the
+    condition RayClusterSuspended=True (with the RayClusterStatusConditions gate)."""
+    if not cluster.get("spec", {}).get("suspend"):
+        return False
+    status = cluster.get("status", {})
+    kinds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    return status.get("state") == "suspended" or kinds.get("RayClusterSuspended") == "True"
+
+
+def describe_cluster(cluster: dict[str, Any]) -> str:
+    status = cluster.get("status", {})
+    kinds = ", ".join(f"{c['type']}={c['status']}" for c in status.get("conditions") or [])
+    suspend = cluster.get("spec", {}).get("suspend")
+    return f"suspend={suspend}; state={status.get('state') or '-'}; {kinds or 'no conditions'}"
+
+
 def observed(svc: dict[str, Any]) -> bool:
     """The Ready condition was computed for the current spec."""
     generation = svc.get("metadata", {}).get("generation", 0)

@@ -124,6 +124,33 @@ def promotion(samples: Sequence[Sample], new: str) -> Promotion:
     return Promotion(None, None)
 
 
+def held_while_paused(
+    samples: Sequence[Sample], active: str, pending: str, start: float, end: float
+) -> Findings:
+    """Between `start` and `end` (an upgrade held up on purpose): `active` stays the active
+    cluster, no rollback begins, and `pending` gains neither trafficRoutedPercent nor route
+    weight over what it had at `start`."""
+    found = Findings()
+    before = [s for s in samples if s.at <= start]
+    during = [s for s in samples if start < s.at <= end]
+    first = before[-1] if before else (during[0] if during else None)
+    if first is None:
+        found.add("no status was sampled while the upgrade was held up")
+        return found
+    percent, weight = first.percent.get(pending, 0), first.weights.get(pending, 0)
+    for s in during:
+        if s.active != active:
+            found.add(f"the active cluster changed to {s.active or 'none'}")
+        if s.conditions.get("RollbackInProgress") == "True":
+            found.add("RollbackInProgress=True")
+        if s.percent.get(pending, 0) > percent:
+            found.add(f"trafficRoutedPercent of {pending} rose {percent} -> {s.percent[pending]}")
+        if s.weights.get(pending, 0) > weight:
+            found.add(f"route weight of {pending} rose {weight} -> {s.weights[pending]}")
+    found.violations = list(dict.fromkeys(found.violations))  # one line per kind of change
+    return found
+
+
 def promoted_at_full_shift(p: Promotion, old: str, new: str) -> str:
     """ "" when the last state before promotion routed 100% of traffic to `new` and 0% to `old`
     (targetCapacity may reach 0 in the same status update as the promotion, so it is not
@@ -197,11 +224,13 @@ def timeline(
     samples: Sequence[Sample],
     start: float,
     names: dict[str, str],
+    marks: Sequence[tuple[float, str]] = (),
 ) -> dict[str, object]:
     """One entry per second: requests, errors by kind, p50/p99, the HTTPRoute's traffic percent
     per cluster (or, without a route, the share of answers), and the condition changes as events.
 
-    `names` maps cluster names to the labels a reader sees ("old", "new")."""
+    `names` maps cluster names to the labels a reader sees ("old", "new"); `marks` are what the
+    check itself did, (epoch seconds, label), shown among the events."""
     seconds = []
     for second in analysis.per_second(records, start):
         at = start + second.t
@@ -226,7 +255,11 @@ def timeline(
         "kind": "upgrade",
         "check": check,
         "title": title,
-        "events": condition_events(samples, start),
+        "events": sorted(
+            condition_events(samples, start)
+            + [{"t": round(max(0.0, at - start), 3), "label": label} for at, label in marks],
+            key=lambda event: float(str(event["t"])),
+        ),
         "seconds": seconds,
         # What the RayService status and the HTTPRoute said, whenever it changed.
         "status": [

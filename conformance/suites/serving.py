@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -119,9 +120,10 @@ def record_timeline(
     start: float,
     old: str,
     new: str,
+    marks: Sequence[tuple[float, str]] = (),
 ) -> None:
     """Write the per-second timeline into `<run-dir>/timelines/` (format: conformance/load/traffic.py)."""
-    data = traffic.timeline(nodeid, title, records, samples, start, {old: "old", new: "new"})
+    data = traffic.timeline(nodeid, title, records, samples, start, {old: "old", new: "new"}, marks)
     traffic.write_timeline(environment.options.run_dir, slug(nodeid), data)
 
 

@@ -131,3 +131,36 @@ def test_the_timeline_has_seconds_traffic_and_condition_events(tmp_path: Path) -
     assert status[0]["active"] == "old" and status[0]["t"] == 0
     written = traffic.write_timeline(tmp_path, "t-x", data)
     assert json.loads(written.read_text())["kind"] == "upgrade"
+
+
+def test_a_held_upgrade_moves_nothing_while_held() -> None:
+    held = [sample(0, 0), sample(3, 0, conditions={"Ready": "True"}), sample(9, 0)]
+    assert traffic.held_while_paused(held, "old", "new", T0 + 1, T0 + 10).violations == []
+    # Already at 25% when held: staying there is fine, rising is not.
+    at_25 = [sample(0, 25), sample(4, 25), sample(6, 50)]
+    found = traffic.held_while_paused(at_25, "old", "new", T0 + 1, T0 + 10).violations
+    assert found == ["trafficRoutedPercent of new rose 25 -> 50", "route weight of new rose 25 -> 50"]
+    # What happens after the hold ends is not the hold's business.
+    assert traffic.held_while_paused(at_25, "old", "new", T0 + 1, T0 + 5).violations == []
+
+
+def test_a_held_upgrade_keeps_its_active_cluster_and_starts_no_rollback() -> None:
+    rollback = {"Ready": "True", "UpgradeInProgress": "True", "RollbackInProgress": "True"}
+    samples = [sample(0, 0), sample(2, 0, conditions=rollback), sample(3, 0, active="new", pending="")]
+    found = traffic.held_while_paused(samples, "old", "new", T0 + 1, T0 + 10).violations
+    assert found == ["RollbackInProgress=True", "the active cluster changed to new"]
+    assert traffic.held_while_paused([], "old", "new", T0, T0 + 1).violations == [
+        "no status was sampled while the upgrade was held up"
+    ]
+
+
+def test_the_timeline_shows_what_the_check_did_among_the_events() -> None:
+    samples = [sample(0, 0), sample(2, 100, conditions={"Ready": "True", "UpgradeInProgress": "False"})]
+    records = [
+        Record(sent=T0 + i / 5, latency_s=0.02, status=200, error="", backend="old") for i in range(10)
+    ]
+    marks = [(T0 + 1.5, "rayClusterConfig.suspend=true")]
+    data = traffic.timeline("t::x", "title", records, samples, T0, {"old": "old", "new": "new"}, marks)
+    labels = [event["label"] for event in data["events"]]  # type: ignore[index]
+    assert labels.index("rayClusterConfig.suspend=true") < labels.index("UpgradeInProgress=False")
+    assert {"t": 1.5, "label": "rayClusterConfig.suspend=true"} in data["events"]  # type: ignore[operator]
