@@ -21,8 +21,8 @@ from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, wait_gone
-from conformance.load import traffic
+from conformance.kube.wait import behaviour, holds_for, poll_until, wait_for, wait_gone
+from conformance.load import analysis, traffic
 from conformance.load.generator import LoadGenerator, running
 from conformance.load.records import Record
 from conformance.profiles import Profile
@@ -95,12 +95,13 @@ def _finish(
     old: str,
     new: str,
     metrics: dict[str, float],
+    marks: list[tuple[float, str]] | None = None,
 ) -> None:
     """Metrics and the timeline, written before any assertion so a failed check has them too."""
     serving.load_metrics(records, metrics, serving.UPGRADE_RATE)
     start = records[0].sent if records else time.time()
     serving.record_timeline(
-        conformance, request.node.nodeid, title, records, sampler.samples, start, old, new
+        conformance, request.node.nodeid, title, records, sampler.samples, start, old, new, marks or []
     )
 
 
@@ -115,17 +116,19 @@ def _under_load(
     timeouts: Timeouts,
     metrics: dict[str, float],
     route: str = "",
+    marks: list[tuple[float, str]] | None = None,
 ) -> Iterator[rs.Sampler]:
     """Load and status sampling around an upgrade. On the way out, whatever happened, the load
-    metrics and the timeline are saved. The check then records its own figures and calls
-    `gen.check()` (the generator's self-check, a harness error) before its assertions."""
+    metrics and the timeline are saved (with `marks`, what the check did and when, as events).
+    The check then records its own figures and calls `gen.check()` (the generator's
+    self-check, a harness error) before its assertions."""
     sampler = rs.Sampler(ray, NAME, route=route)
     try:
         with running(gen, timeouts.ready, check=False), sampler:
             yield sampler
     finally:
         new = next((s.pending for s in sampler.samples if s.pending not in ("", old)), "")
-        _finish(conformance, request, title, gen.records, sampler, old, new, metrics)
+        _finish(conformance, request, title, gen.records, sampler, old, new, metrics, marks)
 
 
 def _assert_deleted_after_delay(deleted: float, promoted: float) -> None:
@@ -356,3 +359,256 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     assert all(b[1] <= a[1] for a, b in itertools.pairwise(back)), f"{new} gained traffic after the revert"
     _assert_all_from(records, rolled_back, old, "after the rollback")
     _assert_within_budget(records, profile, metrics)
+
+
+# --- suspending mid incremental upgrade ----------------------------------------------------------
+
+# Fast enough that the resumed upgrade finishes in well under a minute, slow enough (a step every
+# 5 s) that a paused migration is seen as such in the window below.
+SUSPEND_PLAN = (25, 5, 50)  # stepSizePercent, intervalSeconds, maxSurgePercent
+# How long the suspended state is watched for anything to move: three migration intervals.
+SUSPENDED_WINDOW_S = 3 * SUSPEND_PLAN[1]
+
+
+def _set_cluster_suspend(ray: Ray, suspend: bool) -> float:
+    """Set spec.rayClusterConfig.suspend (what Kueue toggles); return when it was sent."""
+    ray.patch("rayservices", NAME, {"spec": {"rayClusterConfig": {"suspend": suspend}}})
+    return time.time()
+
+
+def _wait_upgrade_started(ray: Ray, timeout: float) -> dict[str, Any]:
+    with behaviour("a pending RayCluster appears with UpgradeInProgress"):
+        return ray.wait(
+            "rayservices",
+            NAME,
+            lambda s: bool(rs.pending_cluster(s)) and rs.conditions(s).get("UpgradeInProgress") == "True",
+            what="a pending RayCluster and UpgradeInProgress=True",
+            timeout=timeout,
+            describe=rs.describe,
+        )
+
+
+def _suspend_running_pending(
+    ray: Ray, sampler: rs.Sampler, new: str, timeouts: Timeouts, metrics: dict[str, float]
+) -> tuple[str, float]:
+    """Once the pending cluster runs (its head pod made, not one still to be created), suspend it
+    through the RayService and wait until its pods are gone: (its uid, when the patch was sent)."""
+    with behaviour(f"the pending RayCluster {new} gets a head pod"):
+        wait_for(
+            ray.core.list_namespaced_pod,
+            lambda pod: True,
+            what=f"a head pod of {new}",
+            timeout=timeouts.ready,
+            namespace=ray.namespace,
+            label_selector=f"ray.io/cluster={new},ray.io/node-type=head",
+        )
+    uid = ray.get("rayclusters", new)["metadata"]["uid"]
+    metrics["pending_pods_at_suspend"] = len(ray.pods(new))
+    metrics["pending_percent_at_suspend"] = traffic.weight_at(sampler.samples, new, time.time()) or 0
+    suspended = _set_cluster_suspend(ray, True)
+    with behaviour(f"the pending RayCluster {new} is suspended in place"):
+        ray.wait(
+            "rayclusters",
+            new,
+            rs.cluster_suspended,
+            what=f"RayCluster {new} suspended (no pods)",
+            timeout=timeouts.cleanup,
+            describe=rs.describe_cluster,
+        )
+    metrics["pending_suspended_s"] = round(time.time() - suspended, 2)
+    return uid, suspended
+
+
+def _assert_only_pending_suspended(ray: Ray, old: str, new: str, old_head: str) -> None:
+    """For a window: `new` stays suspended without pods, `old` is not suspended and keeps its head,
+    and no other RayCluster appears."""
+
+    def holds(cluster: dict[str, Any]) -> bool:
+        name = cluster["metadata"]["name"]
+        suspend = bool(cluster.get("spec", {}).get("suspend"))
+        return (name == old and not suspend) or (name == new and rs.cluster_suspended(cluster))
+
+    broke = holds_for(
+        ray.list_fn("rayclusters"),
+        holds,
+        what=f"{new} stays suspended, {old} is not, and no other RayCluster appears",
+        duration=SUSPENDED_WINDOW_S,
+    )
+    assert not broke, f"while suspended: {broke} ({old} active, {new} pending)"
+    left = [p.metadata.name for p in ray.pods(new) if p.metadata.deletion_timestamp is None]
+    assert not left, f"the suspended RayCluster {new} still has pods: {left}"
+    assert ray.head_pod(old).metadata.uid == old_head, f"the active RayCluster {old}'s head was replaced"
+
+
+@pytest.mark.requires("gateway_api", "gate:RayServiceIncrementalUpgrade", "kuberay>=1.6.1", "kuberay<1.7.0")
+@pytest.mark.kuberay_issue(4686, 4878, 2177)
+def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
+    ray: Ray,
+    conformance: Environment,
+    base: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    request: pytest.FixtureRequest,
+) -> None:
+    """KubeRay 1.6.1 and 1.6.2: a RayService has no suspend of its own; `rayClusterConfig.suspend`
+    (the field Kueue toggles) is applied in place to the existing RayClusters (PR #4739, fixing
+    #4686). During an upgrade only the pending cluster is compared with the spec, so only it is
+    suspended: its pods go, the active cluster keeps serving, no cluster is made and no rollback
+    starts, and no traffic moves to it. Setting the field back resumes the same pending cluster
+    and the upgrade completes.
+
+    Sources (v1.6.2): controllers/ray/rayservice_controller.go `shouldUpdateCluster` (an
+    active cluster is left alone while UpgradeInProgress; a suspend toggle updates in place),
+    `reconcileRollbackState` (the in-place update rewrote the pending hash, so no rollback),
+    `calculateTrafficRoutedPercent` (no migration while the pending cluster is not ready);
+    apis/ray/v1/raycluster_types.go `Suspend` ("head pods and worker pods deleted");
+    controllers/ray/raycluster_controller.go (state `suspended`, RayClusterSuspended).
+    The maintainers call this a half-suspended RayService (PR #4841); 1.7.0 replaces it with a
+    top-level `spec.suspend` (issue #4878, checked by the test below) and ignores
+    `rayClusterConfig.suspend` once a cluster exists, hence not applicable from 1.7.0.
+    Incremental upgrades: https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/rayservice-incremental-upgrade.html
+    """
+    step, interval, surge = SUSPEND_PLAN
+    values = _incremental_values(base, profile, step, interval, surge)
+    old, gen = _incremental_under_way(ray, conformance, values, timeouts, metrics)
+    old_head = ray.head_pod(old).metadata.uid
+    title = f"rayClusterConfig.suspend mid incremental upgrade: step {step}%, every {interval}s"
+    route, marks = f"{NAME}-httproute", []
+    with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route, marks) as sampler:
+        patched = _respec(ray, {**values, "generation": "2"})
+        marks.append((patched, "spec change"))
+        new = rs.pending_cluster(_wait_upgrade_started(ray, timeouts.upgrade))
+        pending_uid, suspended = _suspend_running_pending(ray, sampler, new, timeouts, metrics)
+        marks.append((suspended, "rayClusterConfig.suspend=true"))
+        _assert_only_pending_suspended(ray, old, new, old_head)
+        resumed = _set_cluster_suspend(ray, False)
+        marks.append((resumed, "rayClusterConfig.suspend=false"))
+        promoted_cluster = rs.active_cluster(_wait_promoted(ray, old, timeouts.upgrade))
+        seen_promoted = time.time()
+        same_pending = ray.get("rayclusters", promoted_cluster)["metadata"]["uid"] == pending_uid
+        deleted = _wait_deleted(ray, old, timeouts)
+    records = gen.records
+    promotion = traffic.promotion(sampler.samples, promoted_cluster)
+    promoted = promotion.at or seen_promoted
+    held = traffic.held_while_paused(sampler.samples, old, new, suspended, resumed)
+    steps = traffic.check_steps(sampler.samples, promoted_cluster, step, interval)
+    metrics["upgrade_s"] = round(promoted - patched, 2)
+    metrics["resume_to_promotion_s"] = round(promoted - resumed, 2)
+    metrics["suspended_s"] = round(resumed - suspended, 2)
+    metrics["old_cluster_deleted_after_promotion_s"] = round(deleted - promoted, 2)
+    metrics["max_step_observed_percent"] = steps.max_step
+    gen.check()  # a generator that did not keep its rate measured nothing
+    assert not held.violations, "while suspended: " + "; ".join(held.violations)
+    assert promoted_cluster == new and same_pending, (
+        f"{promoted_cluster} was promoted, not the pending cluster {new} resumed in place"
+    )
+    assert not steps.violations, "; ".join(steps.violations)
+    problem = traffic.promoted_at_full_shift(promotion, old, new)
+    assert not problem, problem
+    _assert_deleted_after_delay(deleted, promoted)
+    # Two seconds for the data plane, as after a promotion.
+    paused = [r for r in analysis.between(records, suspended + 2, resumed) if r.ok]
+    others = {r.backend for r in paused} - {old}
+    assert paused and not others, f"while suspended, answers came from {others or 'nobody'}, not {old}"
+    _assert_all_from(records, promoted, new, "after promotion")
+    _assert_within_budget(records, profile, metrics)
+
+
+def _owned(ray: Ray) -> dict[str, list[str]]:
+    """What KubeRay keeps for the RayService: RayClusters, Services, its Gateway and HTTPRoute."""
+    selector = f"ray.io/originated-from-cr-name={NAME}"
+    gateways = rs.Gateways(ray.api, ray.namespace)
+    found = {
+        "rayclusters": [
+            c["metadata"]["name"] for c in ray.list_fn("rayclusters")(label_selector=selector)["items"]
+        ],
+        "services": [
+            s.metadata.name
+            for s in ray.core.list_namespaced_service(ray.namespace, label_selector=selector).items
+        ],
+    }
+    for plural, name in (("gateways", f"{NAME}-gateway"), ("httproutes", f"{NAME}-httproute")):
+        items = gateways.list_fn(plural)(field_selector=f"metadata.name={name}")["items"]
+        found[plural] = [name] if items else []
+    return {kind: names for kind, names in found.items() if names}
+
+
+@pytest.mark.requires("gateway_api", "gate:RayServiceIncrementalUpgrade", "kuberay>=1.7.0")
+@pytest.mark.kuberay_issue(4878, 2177)
+def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resumed(
+    ray: Ray,
+    conformance: Environment,
+    base: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    request: pytest.FixtureRequest,
+) -> None:
+    """KubeRay 1.7.0: `spec.suspend: true` on a RayService mid incremental upgrade makes it
+    Suspending, then Suspended once every RayCluster, Service, its Gateway and HTTPRoute are
+    deleted (Ready and UpgradeInProgress False); `false` resumes it on the spec as it is then
+    (the upgraded one) and it becomes Ready and answers through a recreated Gateway again.
+
+    Sources (v1.7.0): apis/ray/v1/rayservice_types.go `RayServiceSpec.Suspend`, conditions
+    `Suspending`/`Suspended`; controllers/ray/rayservice_controller.go `handleSuspend`;
+    KubeRay's e2e test/e2eincrementalupgrade/rayservice_suspend_test.go
+    `TestRayServiceSuspendDuringIncrementalUpgrade`; PR #4841, issue #4878.
+    Not run on the local provider (it builds 1.6.2, which has no `spec.suspend`): unverified here.
+    """
+    step, interval, surge = SUSPEND_PLAN
+    values = _incremental_values(base, profile, step, interval, surge)
+    old, gen = _incremental_under_way(ray, conformance, values, timeouts, metrics)
+    title = "spec.suspend mid incremental upgrade"
+    route, marks = f"{NAME}-httproute", []
+    with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route, marks):
+        patched = _respec(ray, {**values, "generation": "2"})
+        marks.append((patched, "spec change"))
+        _wait_upgrade_started(ray, timeouts.upgrade)
+        suspended = time.time()
+        ray.patch("rayservices", NAME, {"spec": {"suspend": True}})
+        marks.append((suspended, "spec.suspend=true"))
+        with behaviour("the RayService becomes Suspended"):
+            svc = ray.wait(
+                "rayservices",
+                NAME,
+                lambda s: rs.conditions(s).get("Suspended") == "True",
+                what="Suspended=True",
+                timeout=timeouts.cleanup,
+                describe=rs.describe,
+            )
+        metrics["suspend_s"] = round(time.time() - suspended, 2)
+        with behaviour("everything KubeRay made for the RayService is deleted"):
+            left = poll_until(
+                lambda: "gone" if not _owned(ray) else None,
+                what="no RayCluster, Service, Gateway or HTTPRoute of the RayService",
+                timeout=timeouts.cleanup,
+            )
+        states = rs.conditions(svc)
+        resumed = time.time()
+        ray.patch("rayservices", NAME, {"spec": {"suspend": False}})
+        marks.append((resumed, "spec.suspend=false"))
+        with behaviour("the resumed RayService becomes Ready"):
+            svc = rs.wait_ready(ray, NAME, timeouts.upgrade)
+        metrics["resume_s"] = round(time.time() - resumed, 2)
+        address = _kuberay_gateway(ray, timeouts)
+        back = rs.active_cluster(svc)
+
+        def answered() -> bool | None:
+            record = serving.probe(ray, gen, address)
+            return True if record is not None and record.ok and record.backend == back else None
+
+        with behaviour(f"the resumed RayService answers through its Gateway from {back}"):
+            poll_until(answered, what=f"an answer from {back}", timeout=timeouts.ready)
+        answering = time.time()
+    records = gen.records
+    before = analysis.between(records, 0, suspended)
+    metrics["failed_before_suspend"] = analysis.failed(before)
+    metrics["upgrade_s"] = round(answering - patched, 2)
+    gen.check()  # a generator that did not keep its rate measured nothing
+    assert left == "gone"
+    assert states.get("Ready") == "False" and states.get("UpgradeInProgress") == "False", states
+    assert back not in ("", old), f"resumed on {back or 'no cluster'}, the pre-upgrade cluster's name"
+    budget = _budget(profile, metrics)
+    assert analysis.failed(before) <= budget, f"{analysis.failed(before)} failed requests before the suspend"
+    _assert_all_from(records, answering, back, "after resuming")
