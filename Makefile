@@ -25,7 +25,7 @@ help:
 	@echo "make cluster-status each component and the node"
 	@echo "make report         rebuild the reports of RUN_DIR=$(RUN_DIR) (exit code: its verdict)"
 	@echo "make lint           ruff"
-	@echo "make bench          record the figures in benchmarks/README.md (local provider, main job)"
+	@echo "make bench          record the figures in benchmarks/README.md (local provider, main job, upgrades)"
 
 # Debian packages the local provider uses (runc, CNI plugins, iptables, image tooling), and the
 # report's: chromium for its browser tests; node and npm (Debian's, unless a node is already
@@ -76,9 +76,11 @@ lint: venv
 	$(BIN)/ruff check conformance tests benchmarks
 	$(BIN)/ruff format --check conformance tests benchmarks
 
-# Figures, not tests: the local provider's bring-up and footprint, a warm main job, the report build.
+# Figures, not tests: the local provider's bring-up and footprint, a warm main job, the report build,
+# and RayService upgrades under load (areas rayservice and upgrade).
 bench: host-deps venv
 	$(BIN)/python benchmarks/local_provider.py
 	$(BIN)/python benchmarks/conformance_run.py
 	$(BIN)/python benchmarks/report_build.py
+	$(BIN)/python benchmarks/upgrades.py
 	$(CLI) cluster down --provider local
