@@ -27,6 +27,8 @@ COLUMNS = (
     "upgrade_s",
     "in_place_update_s",
     "rollback_s",
+    "pending_suspended_s",
+    "resume_to_promotion_s",
     "requests_total",
     "failed_requests",
     "error_rate",
