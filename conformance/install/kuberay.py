@@ -85,6 +85,14 @@ CHART_FEATURE_GATES: dict[str, tuple[tuple[str, bool], ...]] = {
     ),
 }
 CHART_FEATURE_GATES["v1.6.2"] = CHART_FEATURE_GATES["v1.6.1"]  # v1.6.2 changed only the image tag
+# The previous minor, for the operator-upgrade check (tag v1.5.1; v1.5.2's go.mod has no
+# checksum-database entry, so the Go toolchain refuses it here).
+CHART_FEATURE_GATES["v1.5.1"] = (
+    ("RayClusterStatusConditions", True),
+    ("RayJobDeletionPolicy", False),
+    ("RayMultiHostIndexing", False),
+    ("RayServiceIncrementalUpgrade", False),
+)
 
 # Every gate the binary knows with its default (defaultFeatureGates in features.go). The binary
 # exits on a gate it does not know, so these also say which gates a version accepts.
@@ -112,6 +120,9 @@ BINARY_FEATURE_GATES: dict[str, dict[str, bool]] = {
     },
 }
 BINARY_FEATURE_GATES["v1.6.2"] = BINARY_FEATURE_GATES["v1.6.1"]
+BINARY_FEATURE_GATES["v1.5.1"] = dict(CHART_FEATURE_GATES["v1.5.1"])
+# Charts before 1.6 render --feature-gates first, ahead of every other argument.
+_GATES_FIRST_BEFORE = (1, 6)
 
 # The operator's boolean flags: Go's flag package never takes their value from the next argument.
 _BOOL_FLAGS = frozenset(
@@ -197,9 +208,12 @@ def chart_args(spec: OperatorSpec) -> list[str]:
     """The container args the chart renders for `spec` with every other value at its default.
 
     Order follows templates/deployment.yaml: watch namespace, log encoders, leader election,
-    metrics, reconcile concurrency, qps, burst, feature gates.
+    metrics, reconcile concurrency, qps, burst, feature gates (first of all before 1.6).
     """
     args: list[str] = []
+    gates_first = _semver(spec.version)[:2] < _GATES_FIRST_BEFORE
+    if spec.feature_gates and gates_first:
+        args.append(feature_gates_arg(spec.feature_gates))
     if spec.watch_namespaces:
         args += ["--watch-namespace", ",".join(spec.watch_namespaces)]
     args += ["--log-stdout-encoder", "json", "--log-file-encoder", "json"]
@@ -210,9 +224,13 @@ def chart_args(spec: OperatorSpec) -> list[str]:
         "--qps=100",  # Helm prints the float 100.0 with %v
         "--burst=200",
     ]
-    if spec.feature_gates:
+    if spec.feature_gates and not gates_first:
         args.append(feature_gates_arg(spec.feature_gates))
     return args
+
+
+def _semver(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def helm_values(spec: OperatorSpec) -> dict[str, Any]:
@@ -547,7 +565,7 @@ def install_helm(kubeconfig: Path, spec: OperatorSpec, chart_version: str = "1.7
 # --- waiting and reading back ------------------------------------------------------------------
 
 
-def _deployment_available(dep: Any) -> bool:
+def deployment_available(dep: Any) -> bool:
     status, wanted = dep.status, dep.spec.replicas or 0
     rolled_out = (status.observed_generation or 0) >= (dep.metadata.generation or 0)
     available = any(c.type == "Available" and c.status == "True" for c in (status.conditions or []))
@@ -559,7 +577,7 @@ def _deployment_available(dep: Any) -> bool:
     )
 
 
-def _describe_deployment(dep: Any) -> str:
+def describe_deployment(dep: Any) -> str:
     status = dep.status
     return f"{status.ready_replicas or 0}/{dep.spec.replicas} ready, {status.updated_replicas or 0} updated"
 
@@ -569,7 +587,7 @@ def _operator_pods(core: client.CoreV1Api, namespace: str, selector: str) -> set
     return {pod.metadata.name for pod in pods if pod.metadata.deletion_timestamp is None}
 
 
-def _lease_held_by(lease: Any, pods: set[str]) -> bool:
+def lease_held_by(lease: Any, pods: set[str]) -> bool:
     # After a restart the old pod's lease looks fresh until it expires: the holder must be a current pod.
     return _lease_held_now(lease) and holder_pod(lease.spec.holder_identity or "") in pods
 
@@ -607,17 +625,17 @@ def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float)
     try:
         wait_for(
             apps.list_namespaced_deployment,
-            _deployment_available,
+            deployment_available,
             what=f"deployment {spec.namespace}/{NAME} available",
             timeout=timeout,
-            describe=_describe_deployment,
+            describe=describe_deployment,
             namespace=spec.namespace,
             field_selector=f"metadata.name={NAME}",
         )
         if spec.leader_election:
             wait_for(
                 client.CoordinationV1Api(api_client).list_namespaced_lease,
-                lambda lease: _lease_held_by(lease, _operator_pods(core, spec.namespace, POD_SELECTOR)),
+                lambda lease: lease_held_by(lease, _operator_pods(core, spec.namespace, POD_SELECTOR)),
                 what=f"lease {spec.namespace}/{LEASE_NAME} held",
                 timeout=max(1.0, deadline - _now_s()),
                 describe=lambda lease: f"holder {lease.spec.holder_identity or 'none'}",
@@ -703,7 +721,7 @@ def _lease(coordination: client.CoordinationV1Api, namespace: str, pods: set[str
         if exc.status == 404:
             return "", False
         raise
-    return lease.spec.holder_identity or "", _lease_held_by(lease, pods)
+    return lease.spec.holder_identity or "", lease_held_by(lease, pods)
 
 
 def observed_operator(api_client: client.ApiClient, namespace: str) -> OperatorFacts:
@@ -803,5 +821,3 @@ def uninstall_local(
 # The same applying and waiting serve the other installers (the Gateway API implementation).
 apply_object = _apply
 ensure_namespace = _ensure_namespace
-deployment_available = _deployment_available
-describe_deployment = _describe_deployment

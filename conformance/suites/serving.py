@@ -3,6 +3,7 @@ Gateway, probing the app from inside the cluster, and recording what an upgrade 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import time
@@ -61,12 +62,22 @@ def generator(
 
 
 def ready_behind_own_gateway(
-    ray: Ray, values: dict[str, Any], class_name: str, timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray,
+    values: dict[str, Any],
+    class_name: str,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    under_test: bool = True,
 ) -> tuple[dict[str, Any], str, str]:
-    """A ready RayService behind a Gateway of our own: (the RayService, the address, the host)."""
+    """A ready RayService behind a Gateway of our own: (the RayService, the address, the host).
+
+    `under_test` False: the operator is not the version under test (an older one a check starts
+    from), so the RayService not becoming Ready is a precondition that failed, not a finding.
+    """
     started = time.monotonic()
     rs.create(ray, values)
-    with behaviour("the RayService becomes Ready with its Serve application RUNNING"):
+    what = "the RayService becomes Ready with its Serve application RUNNING"
+    with behaviour(what) if under_test else contextlib.nullcontext():
         svc = rs.wait_ready(ray, values["name"], timeouts.ready)
     metrics["ready_s"] = round(time.monotonic() - started, 2)
     gateways = rs.Gateways(ray.api, ray.namespace)

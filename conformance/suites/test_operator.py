@@ -13,15 +13,17 @@ from kubernetes import client
 
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment
-from conformance.errors import ProvisioningError
-from conformance.install import crd_drift, kuberay, scoped_operator
+from conformance.errors import HarnessError, ProvisioningError
+from conformance.install import crd_drift, kuberay, operator_upgrade, scoped_operator
+from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
-from conformance.kube.pods import is_serving
+from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, holds_for, wait_for
+from conformance.kube.wait import behaviour, holds_for, poll_until, wait_for
+from conformance.load.generator import running
 from conformance.plugin import NOT_APPLICABLE, RUN_LABEL
 from conformance.profiles import Profile
-from conformance.suites import cronjobs
+from conformance.suites import cronjobs, serving
 from conformance.suites.conftest import manifest_values
 from conformance.timeouts import Timeouts
 
@@ -314,3 +316,129 @@ def test_served_crds_match_the_operator_version(conformance: Environment, api: c
         f"the served Ray CRDs are not those of the operator {version}: {found}; "
         f"fix: {crd_drift.fix_command(version)}"
     )
+
+
+# -- operator upgrade -------------------------------------------------------------------
+
+# After the upgrade, the load and the watch on the pods go on this long (KubeRay's own
+# e2eupgrade asks for 30 s of consistent answers after `helm upgrade`).
+SETTLE_S = 30
+SERVICE = "echo"
+KEPT = "kept"
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    old: operator_upgrade.OperatorVersion  # running when the check starts
+    new: operator_upgrade.OperatorVersion  # the version under test
+
+
+@pytest.fixture
+def previous_operator(
+    conformance: Environment, api: client.ApiClient, profile: Profile, timeouts: Timeouts
+) -> Iterator[Upgrade]:
+    """The shared operator, moved to the previous minor for one check; the version under test
+    runs again afterwards, whatever happened."""
+    if profile.kuberay.install != "local-build":
+        pytest.skip(
+            NOT_APPLICABLE + f"kuberay.install is {profile.kuberay.install}: the harness installs "
+            "an older operator only where it builds the operator itself (local-build)"
+        )
+    spec: kuberay.OperatorSpec = conformance.operator_spec  # type: ignore[assignment]
+    previous = operator_upgrade.previous_minor(spec.version)
+    if previous not in kuberay.CHART_FEATURE_GATES:
+        pytest.skip(
+            NOT_APPLICABLE + f"no release of the minor before {spec.version} can be built and installed "
+            f"here ({previous or 'the Go module proxy serves none with a verifiable checksum'}"
+            f"{'' if not previous else ': its chart defaults are not recorded in kuberay.py'})"
+        )
+    current = operator_upgrade.running(api, spec)
+    old = operator_upgrade.built(
+        operator_upgrade.previous_spec(spec, previous, profile.kuberay.feature_gates),
+        conformance.provider,  # type: ignore[arg-type]
+    )
+    try:
+        operator_upgrade.switch_to(api, old, timeouts.ready)
+        yield Upgrade(old, current)
+    finally:
+        operator_upgrade.switch_to(api, current, timeouts.ready)
+
+
+@pytest.mark.requires("gateway_api")
+@pytest.mark.kuberay_issue(2177)
+def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(
+    previous_operator: Upgrade,
+    ray: Ray,
+    api: client.ApiClient,
+    conformance: Environment,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+) -> None:
+    """Objects made by the previous minor's operator, then its CRDs and operator upgraded to the
+    version under test as a Helm upgrade would, under load through the Gateway."""
+    kept = {**cluster_values, "name": KEPT, "workers": [{"name": "small", "replicas": 1}]}
+    ray.create("rayclusters", render("ray/raycluster.yaml", **kept))
+    values = rs.rayservice_values(cluster_values, SERVICE)
+    gateway_class = profile.gateway_class
+    svc, address, host = serving.ready_behind_own_gateway(
+        ray, values, gateway_class, timeouts, metrics, under_test=False
+    )
+    ray.wait_cluster_ready(KEPT, timeouts.ready)  # made by the older operator: a precondition
+    before = _ray_pods(ray)
+    image, seconds = serving.load_image(conformance), int(timeouts.upgrade)
+    gen = serving.generator(ray.api, ray.namespace, image, address, host, max_duration_s=seconds)
+    with running(gen, timeouts.ready), rs.Sampler(ray, SERVICE) as sampler:
+        if not operator_upgrade.is_running(api, previous_operator.old):
+            raise HarnessError(
+                "the operator was changed by someone else while the check ran on its predecessor",
+                "run one conformance run at a time against a cluster",
+            )
+        new = previous_operator.new
+        metrics["operator_upgrade_s"] = operator_upgrade.switch_to(api, new, timeouts.ready)
+        changed = holds_for(
+            ray.core.list_namespaced_pod,
+            lambda pod: before.get(pod.metadata.name) == _pod_state(pod),
+            what="every Ray pod keeps its identity and restart count",
+            duration=SETTLE_S,
+            namespace=ray.namespace,
+            label_selector="ray.io/cluster",
+        )
+        with behaviour("the upgraded operator reconciles the objects its predecessor made"):
+            poll_until(
+                lambda: _names_in_operator_log(api, new.spec.namespace, ray.namespace),
+                what=f"the new operator's log to name {KEPT} and {SERVICE} in {ray.namespace}",
+                timeout=timeouts.apply,
+            )
+    summary = serving.load_metrics(gen.records, metrics, serving.UPGRADE_RATE)
+    assert not changed, f"after the operator upgrade: {changed}"
+    assert _ray_pods(ray) == before, "the Ray pods changed after the operator upgrade"
+    assert not [s for s in sampler.samples if s.pending], "the operator upgrade started a RayService upgrade"
+    after = ray.get("rayservices", SERVICE)
+    assert rs.active_cluster(after) == rs.active_cluster(svc), "the RayService moved to another RayCluster"
+    assert rs.is_ready(after), f"the RayService is not Ready after the operator upgrade: {rs.describe(after)}"
+    budget = int(profile.thresholds.get("upgrade_failed_requests", 0))
+    assert summary.failed <= budget, f"during the operator upgrade ({budget} allowed): {summary.describe()}"
+
+
+def _pod_state(pod: client.V1Pod) -> tuple[str, int]:
+    return pod.metadata.uid, restarts(pod)
+
+
+def _ray_pods(ray: Ray) -> dict[str, tuple[str, int]]:
+    pods = ray.core.list_namespaced_pod(ray.namespace, label_selector="ray.io/cluster").items
+    return {pod.metadata.name: _pod_state(pod) for pod in pods}
+
+
+def _names_in_operator_log(api: client.ApiClient, operator_namespace: str, namespace: str) -> bool | None:
+    """True once the running operator's log names both objects of `namespace`, else None."""
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(operator_namespace, label_selector=kuberay.POD_SELECTOR).items
+    logs = "".join(
+        core.read_namespaced_pod_log(pod.metadata.name, operator_namespace)
+        for pod in pods
+        if pod.metadata.deletion_timestamp is None and is_serving(pod)
+    )
+    lines = [line for line in logs.splitlines() if namespace in line]
+    return True if any(KEPT in line for line in lines) and any(SERVICE in line for line in lines) else None

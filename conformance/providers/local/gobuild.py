@@ -286,12 +286,44 @@ def resolve(tool: GoTool, cache_dir: Path) -> GoTool:
     )
 
 
-def _older_releases(tool: GoTool, env: dict[str, str], workdir: Path) -> list[str]:
+def previous_minor(tool: GoTool, cache_dir: Path) -> GoTool | None:
+    """The tool at the newest release of the minor before its version that the proxy serves
+    with a verifiable checksum, or None. Remembered in the cache like `resolve`."""
+    memo = cache_dir / "go" / f"{tool.name}-{tool.version}.previous-minor"
+    if memo.exists():
+        remembered = memo.read_text().strip()
+        return replace(tool, version=remembered) if remembered else None
+    workdir = cache_dir / "go" / "resolve"
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = go_env()
+    served = next(
+        (v for v in previous_minor_candidates(tool.version, _listed(tool, env, workdir))
+         if _zip_served(tool.module, v, env, workdir)),
+        "",
+    )  # fmt: skip
+    memo.write_text(served + "\n")
+    return replace(tool, version=served) if served else None
+
+
+def previous_minor_candidates(version: str, listed: list[str]) -> list[str]:
+    """Releases of the minor before `version`, newest first: listed ones and patches up to 9."""
+    major, minor, _ = _semver(version)
+    if minor == 0:
+        return []
+    nearby = [f"v{major}.{minor - 1}.{p}" for p in range(10)]
+    releases = {v for v in [*listed, *nearby] if "-" not in v and _semver(v)[:2] == (major, minor - 1)}
+    return sorted(releases, key=_semver, reverse=True)
+
+
+def _listed(tool: GoTool, env: dict[str, str], workdir: Path) -> list[str]:
     try:
-        listed = _run_go(["list", "-m", "-versions", tool.module], workdir, env).split()[1:]
+        return _run_go(["list", "-m", "-versions", tool.module], workdir, env).split()[1:]
     except subprocess.CalledProcessError:
-        listed = []
-    return older_candidates(tool.version, listed)
+        return []
+
+
+def _older_releases(tool: GoTool, env: dict[str, str], workdir: Path) -> list[str]:
+    return older_candidates(tool.version, _listed(tool, env, workdir))
 
 
 def older_candidates(pinned: str, listed: list[str]) -> list[str]:

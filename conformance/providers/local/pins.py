@@ -16,8 +16,8 @@ ETCD = "v3.6.16"
 CONTAINERD = "v2.2.9"
 COREDNS = "v1.14.7"
 KUBERAY = "v1.7.0"
-# The operator-upgrade check installs the previous minor first.
-KUBERAY_PREVIOUS = "v1.6.1"
+# The operator-upgrade check starts from the previous minor: the newest release of it the
+# proxy serves (gobuild.previous_minor), v1.5.1 for the v1.6.2 this machine builds.
 RAY = "2.58.0"
 # The Gateway API implementation of the local provider (controller and data plane in one).
 # Not v3.7.x: the proxy refuses modules v3.7 needs (lego v5's DNS-provider SDKs, the

@@ -1,0 +1,127 @@
+"""Move the installed KubeRay operator to another version in place, as an upgrade with Helm does.
+
+The order is the one KubeRay documents and its own e2eupgrade test follows: the CRDs of the
+target version first (Helm never upgrades a chart's crds/), then its ClusterRole and Role and
+the Deployment's image and arguments, after which its pod is recreated (strategy Recreate, as in
+the chart). Only for
+operators installed from an image built here (`kuberay.install: local-build`): the other
+version's image is built the same way, from the Go module proxy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from conformance.install import kuberay
+from conformance.kube.wait import wait_for
+from conformance.providers.local import gobuild
+from conformance.providers.local.layout import cache_dir
+
+CONTAINER = kuberay.NAME  # the operator's container in manifests/kuberay/operator.yaml
+
+
+@dataclass(frozen=True)
+class OperatorVersion:
+    """One version of the operator as it runs: its spec, image and the chart's arguments."""
+
+    spec: kuberay.OperatorSpec
+    image: str
+    args: tuple[str, ...]
+
+
+def previous_minor(version: str) -> str:
+    """The newest release of the minor before `version` that can be built here, or ""."""
+    tool = gobuild.previous_minor(kuberay.operator_tool(version), cache_dir())
+    return tool.version if tool else ""
+
+
+def previous_spec(
+    current: kuberay.OperatorSpec, version: str, overrides: dict[str, bool]
+) -> kuberay.OperatorSpec:
+    """The spec `current` would have had at `version`: that chart's gates plus the profile's
+    overrides the older binary knows (it exits on a gate it does not know)."""
+    known = kuberay.BINARY_FEATURE_GATES.get(version, {})
+    gates = {**kuberay.chart_feature_gates(version), **{g: on for g, on in overrides.items() if g in known}}
+    return replace(current, version=version, feature_gates=gates)
+
+
+def running(api: client.ApiClient, spec: kuberay.OperatorSpec) -> OperatorVersion:
+    """What the Deployment runs now (to go back to it afterwards)."""
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(kuberay.NAME, spec.namespace)
+    (container,) = [c for c in deployment.spec.template.spec.containers if c.name == CONTAINER]
+    return OperatorVersion(spec, container.image, tuple(container.args or ()))
+
+
+def built(spec: kuberay.OperatorSpec, loader: kuberay.ImageLoader) -> OperatorVersion:
+    """The operator of `spec.version` from an image built here and loaded into the node."""
+    archive = kuberay.operator_image(spec.version)
+    loader.load_image(archive)
+    return OperatorVersion(spec, archive.ref, tuple(kuberay.chart_args(spec)))
+
+
+def switch_to(api: client.ApiClient, target: OperatorVersion, timeout: float) -> float:
+    """Apply the CRDs and RBAC of `target`, roll the Deployment to it, wait until a pod of it leads.
+
+    Returns the seconds from the Deployment change to a pod of `target` holding the lease.
+    """
+    module = kuberay.module_dir(target.spec.version)
+    kuberay.apply_crds(
+        api, kuberay.crd_documents(module / "config" / "crd" / "bases"), what=f"KubeRay {target.spec.version}"
+    )
+    # Each version's own ClusterRole, as a chart upgrade replaces it: 1.5 still watches Endpoints,
+    # which 1.6's role no longer grants.
+    dynamic = DynamicClient(api)
+    for role in kuberay.rbac_roles(module / "config" / "rbac", target.spec):
+        kuberay.apply_object(dynamic, role)
+    started = time.monotonic()
+    apps = client.AppsV1Api(api)
+    namespace = target.spec.namespace
+    generation = apps.patch_namespaced_deployment(kuberay.NAME, namespace, _patch(target)).metadata.generation
+    # The generation, not only "available": right after the patch the old pod still counts as available.
+    wait_for(
+        apps.list_namespaced_deployment,
+        lambda dep: (dep.status.observed_generation or 0) >= generation and kuberay.deployment_available(dep),
+        what=f"the operator Deployment rolled out to {target.spec.version}",
+        timeout=timeout,
+        describe=kuberay.describe_deployment,
+        namespace=namespace,
+        field_selector=f"metadata.name={kuberay.NAME}",
+    )
+    core = client.CoreV1Api(api)
+    wait_for(
+        client.CoordinationV1Api(api).list_namespaced_lease,
+        lambda lease: kuberay.lease_held_by(lease, _pods_running(core, namespace, target.image)),
+        what=f"a KubeRay {target.spec.version} pod to hold lease {kuberay.LEASE_NAME}",
+        timeout=timeout,
+        describe=lambda lease: f"holder {lease.spec.holder_identity or 'none'}",
+        namespace=namespace,
+        field_selector=f"metadata.name={kuberay.LEASE_NAME}",
+    )
+    return round(time.monotonic() - started, 2)
+
+
+def _pods_running(core: client.CoreV1Api, namespace: str, image: str) -> set[str]:
+    pods = core.list_namespaced_pod(namespace, label_selector=kuberay.POD_SELECTOR).items
+    return {
+        pod.metadata.name
+        for pod in pods
+        if pod.metadata.deletion_timestamp is None and image in [c.image for c in pod.spec.containers]
+    }
+
+
+def is_running(api: client.ApiClient, target: OperatorVersion) -> bool:
+    now = running(api, target.spec)
+    return (now.image, now.args) == (target.image, target.args)
+
+
+def _patch(target: OperatorVersion) -> dict[str, Any]:
+    container = {"name": CONTAINER, "image": target.image, "args": list(target.args)}
+    return {
+        "metadata": {"labels": {"app.kubernetes.io/version": target.spec.version}},
+        "spec": {"template": {"spec": {"containers": [container]}}},
+    }
