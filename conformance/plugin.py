@@ -32,8 +32,8 @@ from conformance.environment import Environment, RunOptions
 from conformance.errors import HarnessError
 from conformance.kube import diagnostics
 from conformance.report import build as report_build
+from conformance.report import secrets, timelines
 from conformance.report import terminal as report_terminal
-from conformance.report import timelines
 from conformance.report.summary import AREAS, Summary, TestResult, new_run_id, now
 from conformance.timeouts import Timeouts
 
@@ -112,6 +112,9 @@ class ConformanceRun:
         self.built: report_build.Built | None = None
         self._settled: set[str] = set()  # checks whose outcome is known (their call ran, or setup ended them)
         self.report_problem = ""
+        # Secrets a check saw (a cluster's auth token), in memory only: no file of the finished
+        # run may hold one. Value -> the check that registered it.
+        self.secrets: dict[str, str] = {}
         self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
 
     # -- collection -------------------------------------------------------------------
@@ -276,6 +279,7 @@ class ConformanceRun:
                 str(path), name=str(path.relative_to(out)), attachment_type=allure.attachment_type.TEXT
             )
 
+    @pytest.hookimpl(trylast=True)  # after junitxml has written junit.xml, which is searched too
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
         for nodeid, result in self.results.items():
@@ -291,7 +295,24 @@ class ConformanceRun:
             self.summary.environment["teardown_problems"] = problems
         self.summary.write(self.options.run_dir)
         self._build_reports()
+        if self._fail_checks_whose_secret_leaked():
+            self.summary.write(self.options.run_dir)
+            self._build_reports()
         signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def keep_secret(self, nodeid: str, *values: str) -> None:
+        """Have the finished run's files searched for `values`; a hit fails the check `nodeid`."""
+        self.secrets.update(dict.fromkeys(values, nodeid))
+
+    def _fail_checks_whose_secret_leaked(self) -> bool:
+        """Search every file of the run, in its final form (summary.json, index.html, the Allure
+        page, junit.xml), for the kept secrets; a check whose secret leaked becomes failed."""
+        leaks = secrets.search(self.options.run_dir, self.secrets)
+        for nodeid, files in leaks.items():
+            result = self.results[nodeid]
+            result.outcome = "failed"
+            result.reason = f"its secret appears in files of the finished run: {', '.join(files)}"
+        return bool(leaks)
 
     def _build_reports(self) -> None:
         """index.html and the Allure page; a report that cannot be built never hides the results."""

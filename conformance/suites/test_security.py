@@ -172,9 +172,9 @@ def test_the_token_never_appears_in_the_run_artifacts(
     """A diagnostics bundle of the secured cluster is made on purpose (as a failure would make it);
     then every file of the run so far, and the results not yet written, are searched for the token.
 
-    summary.json, junit.xml, index.html and the Allure page are written after the last check:
-    only the results they are made from are searched here, as they stand when this check runs.
-    Nothing yet searches those files in their final form.
+    summary.json, junit.xml, index.html and the Allure page are written after the last check, so
+    the token is also handed to the run (in memory), which searches every file once the last one
+    is written and turns this check into a failure if any holds it.
     """
     _requires_token_auth(capabilities, ray_version)
     token = _token(shared)
@@ -184,6 +184,7 @@ def test_the_token_never_appears_in_the_run_artifacts(
     files = diagnostics.collect(shared.api, shared.namespace, conformance.operator_namespace, bundle)
     assert any("logs/" in str(f) for f in files), "the bundle has no container logs to search"
     forms = {token, base64.b64encode(token.encode()).decode()}
+    run.keep_secret(request.node.nodeid, *forms)
     leaking = [str(path.relative_to(run_dir)) for path in _files(run_dir) if _holds_any(path, forms)]
     results = json.dumps([r.__dict__ for r in run.results.values()], default=str)
     assert not leaking, f"the token appears in {leaking}"

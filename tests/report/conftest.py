@@ -103,6 +103,21 @@ def test_waits_for_a_job_that_never_ends():
     Path(os.environ["KRC_REPORT_STARTED"]).write_text("waiting")
     threading.Event().wait(300)  # until the run is interrupted
 """,
+    "keeps_secret": """
+from conformance.plugin import RUN_KEY
+
+CANARY = "krc-canary-" + "7f3a9c"  # never written out whole by this file's own text
+
+
+@pytest.mark.area("security")
+def test_sees_a_token(request):
+    request.config.stash[RUN_KEY].keep_secret(request.node.nodeid, CANARY)
+""",
+    "leaks_secret": """
+@pytest.mark.area("security")
+def test_prints_the_token_later():
+    assert CANARY == "", f"a message with the token {CANARY}"
+""",
     "history": """
 @pytest.mark.area("operator")
 def test_regresses():

@@ -132,3 +132,23 @@ def test_allure_results_carry_area_test_issue_links_and_parameters(runs) -> None
     page = run_dir / "allure-report" / "index.html"
     assert page.stat().st_size > 100_000, "Allure Report 3 made no single-file report"
     assert not list((run_dir / "allure-report").glob("*.js"))  # one file: its scripts are inside
+
+
+def test_a_secret_in_any_file_of_the_finished_run_fails_the_check_that_kept_it(runs) -> None:
+    """The token reaches summary.json, index.html and junit.xml only through another check's
+    message, after the check that saw it passed: only the final search can catch it."""
+    run_dir, output = runs.run("leak", ["keeps_secret", "leaks_secret"])
+    tests = {t["id"].rsplit("::", 1)[-1]: t for t in runs.summary(run_dir)["tests"]}
+    kept = tests["test_sees_a_token"]
+    assert kept["outcome"] == "failed", output[-3000:]
+    for name in ("summary.json", "junit.xml", "index.html"):
+        assert name in kept["reason"], kept["reason"]
+    assert "krc-canary-7f3a9c" not in kept["reason"]
+    assert _statuses(run_dir)["test_sees_a_token"] == "failed"
+
+
+def test_a_kept_secret_that_never_leaks_changes_nothing(runs) -> None:
+    run_dir, output = runs.run("no-leak", ["keeps_secret"])
+    [test] = runs.summary(run_dir)["tests"]
+    assert test["outcome"] == "passed", output[-3000:]
+    assert not any(b"krc-canary-7f3a9c" in p.read_bytes() for p in run_dir.rglob("*") if p.is_file())
