@@ -183,6 +183,7 @@ class ConformanceRun:
             "default_storage_classes": list(caps.default_storage_classes),
             "profile_source": str(self.options.profile.source),
             "kuberay_requested": self.options.profile.kuberay.version,
+            "head_service_type": self.options.profile.head_service_type,
             "notes": list(self.environment.notes),
         }
 

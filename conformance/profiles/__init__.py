@@ -27,6 +27,9 @@ class KubeRaySettings:
     feature_gates: dict[str, bool]
 
 
+HEAD_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+
+
 @dataclass(frozen=True)
 class GpuSettings:
     resource: str
@@ -54,6 +57,13 @@ class Profile:
     # local-build: the harness installs the Gateway API CRDs and Traefik (local provider);
     # existing: the cluster already has an implementation serving `gateway_class`.
     gateway_install: str = "existing"
+    # How the harness's Ray clusters publish their head Service (headGroupSpec.serviceType).
+    # ClusterIP keeps the dashboard inside the cluster; the others expose it, and reports say so.
+    head_service_type: str = "ClusterIP"
+
+    @property
+    def exposes_head(self) -> bool:
+        return self.head_service_type != "ClusterIP"
 
     def ray_image(self, ray_version: str) -> str:
         return self.ray_image_template.format(ray_version=ray_version)
@@ -104,6 +114,13 @@ def parse(data: Any, source: Path) -> Profile:
             f"profile {source}: gateway.install is {gateway_install!r}", "use local-build or existing"
         )
     timeouts = reader.mapping("timeouts")
+    exposure = reader.section("exposure") if "exposure" in reader.data else None
+    head_service_type = exposure.text("head_service_type") if exposure else "ClusterIP"
+    if head_service_type not in HEAD_SERVICE_TYPES:
+        raise UsageError(
+            f"profile {source}: exposure.head_service_type is {head_service_type!r}",
+            f"use one of {', '.join(HEAD_SERVICE_TYPES)}",
+        )
     return Profile(
         name=reader.text("name"),
         description=reader.text("description"),
@@ -127,6 +144,7 @@ def parse(data: Any, source: Path) -> Profile:
         ),
         source=source,
         gateway_install=gateway_install,
+        head_service_type=head_service_type,
     )
 
 

@@ -164,11 +164,19 @@ def facts(summary: Summary) -> list[tuple[str, str]]:
         ("Profile", summary.profile),
         ("GPUs", gpu_text),
         ("Gateway API", _gateway(env)),
+        ("Ray head Service", _exposure(env)),
         ("Started", summary.started),
         ("Finished", summary.finished),
         ("Preparing took", human_seconds(env["prepare_s"]) if env.get("prepare_s") is not None else ""),
     ]
     return [(k, v) for k, v in rows if v]
+
+
+def _exposure(env: dict[str, object]) -> str:
+    kind = str(env.get("head_service_type") or "")
+    if not kind or kind == "ClusterIP":
+        return kind and "ClusterIP: reachable inside the cluster only"
+    return f"{kind}: EXPOSED outside the cluster by the profile (dashboard and job submission)"
 
 
 def _gateway(env: dict[str, object]) -> str:

@@ -38,4 +38,5 @@ def manifest_values(profile: Profile, ray_version: str) -> dict[str, Any]:
         "workers": [],
         "autoscaling": False,
         "gpu_resource": profile.gpu.resource,
+        "head_service_type": profile.head_service_type,
     }

@@ -28,7 +28,7 @@ from conformance.install import kuberay
 from conformance.kube import diagnostics
 from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
-from conformance.plugin import RUN_KEY
+from conformance.plugin import NOT_APPLICABLE, RUN_KEY
 from conformance.profiles import Profile
 from conformance.suites.conftest import manifest_values
 from conformance.timeouts import Timeouts
@@ -127,8 +127,15 @@ def test_dashboard_and_job_submission_require_the_token(
         assert codes[f"{call}/right"] == 200, f"{call} with the right token: {codes}"
 
 
-def test_the_head_is_not_exposed_outside_the_cluster(secured: dict[str, Any], shared: Ray) -> None:
+def test_the_head_is_not_exposed_outside_the_cluster(
+    secured: dict[str, Any], shared: Ray, profile: Profile
+) -> None:
     """By default: no NodePort, LoadBalancer or external IP, no host port, no Ingress."""
+    if profile.exposes_head:
+        pytest.skip(
+            NOT_APPLICABLE + f"the profile exposes the head Service ({profile.head_service_type}); "
+            "the report's environment says so"
+        )
     service = shared.core.read_namespaced_service(f"{NAME}-head-svc", shared.namespace)
     assert service.spec.type == "ClusterIP", f"head Service type {service.spec.type}"
     assert not service.spec.external_ips, f"head Service external IPs {service.spec.external_ips}"

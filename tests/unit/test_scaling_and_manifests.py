@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render, render_all
 from conformance.kube.scaling import GroupSample, Sample, alive_workers, partial_replica_streak
+from conformance.profiles import load
+from conformance.suites.conftest import manifest_values
 
 VALUES: dict[str, Any] = {
     "name": "c",
@@ -89,3 +94,17 @@ def test_rayjob_entrypoints_are_python_programs_that_compile() -> None:
         assert argv[:2] == ["python", "-c"], entrypoint
         compile(argv[2], entrypoint, "exec")
     assert rayjobs.runs_for(30, "done").endswith("print('done')\"")
+
+
+@pytest.mark.parametrize("template", ["ray/raycluster.yaml", "ray/rayjob.yaml", "ray/rayservice.yaml"])
+def test_the_head_service_type_is_set_only_when_the_profile_exposes_it(template: str) -> None:
+    values = rs.rayservice_values(manifest_values(load("default"), "2.58.0"), "x")
+    values.update(entrypoint="true", workers=[])
+
+    def head(**extra: str) -> dict:
+        spec = render(template, **{**values, **extra})["spec"]
+        spec = spec.get("rayClusterSpec") or spec.get("rayClusterConfig") or spec
+        return spec["headGroupSpec"]
+
+    assert "serviceType" not in head()
+    assert head(head_service_type="LoadBalancer")["serviceType"] == "LoadBalancer"

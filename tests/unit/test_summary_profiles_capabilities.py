@@ -137,3 +137,19 @@ def test_simulated_gpus_serve_scheduling_checks_but_not_cuda_ones() -> None:
         kubernetes_version="v1.35.4", kuberay_version="v1.6.2", feature_gates={}, gpu_capacity=1
     )
     assert real.missing("real_gpu") == ""
+
+
+def test_a_profile_keeps_the_head_inside_unless_it_says_otherwise(tmp_path: Path) -> None:
+    assert not profiles.load("default").exposes_head
+    path = tmp_path / "exposed.yaml"
+    path.write_text(
+        (profiles.BUNDLED / "default.yaml").read_text() + "exposure: {head_service_type: NodePort}\n"
+    )
+    exposed = profiles.load(str(path))
+    assert (exposed.head_service_type, exposed.exposes_head) == ("NodePort", True)
+    path.write_text(
+        (profiles.BUNDLED / "default.yaml").read_text() + "exposure: {head_service_type: Public}\n"
+    )
+    with pytest.raises(UsageError, match=r"exposure\.head_service_type is 'Public'") as caught:
+        profiles.load(str(path))
+    assert "NodePort" in caught.value.fix
