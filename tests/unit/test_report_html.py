@@ -268,3 +268,15 @@ def test_the_allure_page_loses_its_analytics_call_and_nothing_else() -> None:
     assert allure.without_analytics(before + analytics + after) == before + after
     with pytest.raises(HarnessError, match="analytics service"):
         allure.without_analytics('<script src="https://www.googletagmanager.com/gtm.js"></script>')
+
+
+def test_an_exposing_profile_is_marked_in_the_environment_table() -> None:
+    def row(service_type: str | None) -> str:
+        environment = {} if service_type is None else {"head_service_type": service_type}
+        summary = Summary(run_id="r", started="s", provider="local", profile="p", versions={})
+        summary.environment = environment
+        return dict(html.facts(summary)).get("Ray head Service", "")
+
+    assert row(None) == ""
+    assert "inside the cluster only" in row("ClusterIP")
+    assert "EXPOSED" in row("NodePort") and row("LoadBalancer").startswith("LoadBalancer")
