@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 
@@ -61,9 +62,22 @@ class Environment:
         self.operator_spec: object | None = None
         # Facts about this run a reader of the report must know (a fallback version, say).
         self.notes: list[str] = []
+        # What the harness installed of a Helm-installed Gateway implementation (gateway_charts.Installed).
+        self.gateway: Any = None
 
     def check_input(self) -> None:
         """Refuse combinations that cannot work, before anything is provisioned."""
+        profile = self.options.profile
+        if profile.gateway_install in ("istio", "envoy-gateway"):
+            from conformance.install import gateway_charts  # noqa: PLC0415
+
+            gateway_charts.check_usable(profile.gateway_install, self.options.provider, profile.name)
+        if profile.gateway_install == "local-build" and not _builds_here(self.options.provider):
+            raise UsageError(
+                f"profile {profile.name} builds the Gateway implementation on this machine, "
+                f"which provider {self.options.provider} cannot load",
+                "set gateway.install to istio, envoy-gateway or existing (with the cluster's GatewayClass)",
+            )
         preflight = getattr(self.provider, "preflight", None)
         if preflight is not None:
             preflight()  # tools, credentials, region, budget: checked, nothing created
@@ -72,7 +86,7 @@ class Environment:
             if self.options.profile.kuberay.install == "existing":
                 api = config.new_client_from_config(str(cluster.kubeconfig), context=cluster.context)
                 _require_kuberay_crds(api)
-        if self.options.profile.kuberay.install == "local-build" and not hasattr(self.provider, "load_image"):
+        if self.options.profile.kuberay.install == "local-build" and not _builds_here(self.options.provider):
             raise UsageError(
                 f"profile {self.options.profile.name} builds KubeRay and Ray images on this machine, "
                 f"which provider {self.options.provider} cannot load",
@@ -123,17 +137,21 @@ class Environment:
 
     def _install_gateway(self) -> None:
         profile = self.options.profile
+        assert self.api is not None and self.cluster is not None
+        if profile.gateway_install in ("istio", "envoy-gateway"):
+            from conformance.install import gateway_charts  # noqa: PLC0415
+
+            # Recorded before anything is made: teardown undoes a half-done install too.
+            self.gateway = gateway_charts.begin(
+                profile.gateway_install, profile.gateway_class, self.cluster.kubeconfig
+            )
+            gateway_charts.install(self.api, self.gateway, self.options.timeouts.ready)
+            self.notes += [self.gateway.note(), *self.gateway.notes]
+            return
         if profile.gateway_install != "local-build":
             return  # the cluster's own implementation serves the profile's GatewayClass
         from conformance.install import gateway  # noqa: PLC0415 - pulls in the local build machinery
 
-        if not hasattr(self.provider, "load_image"):
-            raise UsageError(
-                f"profile {profile.name} builds the Gateway implementation on this machine, "
-                f"which provider {self.options.provider} cannot load",
-                "set gateway.install: existing and name the cluster's GatewayClass",
-            )
-        assert self.api is not None
         facts = gateway.install_local(
             self.provider,  # type: ignore[arg-type]
             self.api,
@@ -184,9 +202,25 @@ class Environment:
         self.provider.load_image(redis)  # type: ignore[attr-defined]
 
     def teardown(self) -> list[str]:
-        if self.options.keep_cluster or not self._made_cluster:
+        if self.options.keep_cluster:
             return []
-        return self.provider.down()
+        if not self._made_cluster:
+            # A cluster we only attached to keeps what it had; what this run installed goes.
+            return self._uninstall_gateway()
+        return self.provider.down()  # everything goes with the cluster
+
+    def _uninstall_gateway(self) -> list[str]:
+        if self.gateway is None or self.api is None:
+            return []
+        from conformance.install import gateway_charts  # noqa: PLC0415
+
+        return gateway_charts.uninstall(self.api, self.gateway, self.options.timeouts.cleanup)
+
+
+def _builds_here(provider: str) -> bool:
+    """Images and programs built on this machine (debootstrap, buildah as root) reach the cluster
+    of the local provider only; kind loads the load generator's image, nothing more."""
+    return provider == "local"
 
 
 RAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")

@@ -3,8 +3,9 @@
 Used on clusters without a registry (the local provider): the CRDs come from the
 `sigs.k8s.io/gateway-api` Go module at the version KubeRay's go.mod requires, and Traefik is
 built from its Go module and run as one Deployment that is both the controller and the data
-plane. Other targets name a GatewayClass that already exists (profile `gateway.install:
-existing`), and nothing is installed.
+plane. Clusters that pull public images install Istio or Envoy Gateway from their Helm charts
+instead (`gateway_charts.py`), or name a GatewayClass that already exists (profile
+`gateway.install: existing`), and nothing is installed.
 
 Idempotent: a second call re-applies the same objects; a rebuilt binary rolls the pod.
 """
@@ -104,9 +105,22 @@ def _only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def wait_ready(api_client: client.ApiClient, class_name: str, timeout: float) -> None:
-    custom = client.CustomObjectsApi(api_client)
     try:
         wait_rolled_out(api_client, NAMESPACE, "traefik", timeout)
+    except WaitTimeout as exc:
+        raise ProvisioningError(
+            f"the Gateway implementation did not become ready: {exc.last_seen}",
+            f"see the logs of deployment/traefik in namespace {NAMESPACE}",
+        ) from exc
+    wait_class_accepted(
+        api_client, class_name, timeout, f"the logs of deployment/traefik in namespace {NAMESPACE}"
+    )
+
+
+def wait_class_accepted(api_client: client.ApiClient, class_name: str, timeout: float, where: str) -> None:
+    """Wait until GatewayClass `class_name` is Accepted; `where` says what to read if it never is."""
+    custom = client.CustomObjectsApi(api_client)
+    try:
         wait_for(
             lambda **kw: custom.list_cluster_custom_object(GROUP, "v1", "gatewayclasses", **kw),
             lambda gc: condition_true(gc, "Accepted"),
@@ -117,8 +131,7 @@ def wait_ready(api_client: client.ApiClient, class_name: str, timeout: float) ->
         )
     except WaitTimeout as exc:
         raise ProvisioningError(
-            f"the Gateway implementation did not become ready: {exc.last_seen}",
-            f"see the logs of deployment/traefik in namespace {NAMESPACE}",
+            f"the Gateway implementation did not become ready: {exc.last_seen}", f"see {where}"
         ) from exc
 
 

@@ -207,9 +207,13 @@ class Gateways:
 
 
 def address(gateway: dict[str, Any]) -> str:
-    for entry in gateway.get("status", {}).get("addresses") or []:
-        if entry.get("type", "IPAddress") == "IPAddress" and entry.get("value"):
-            return str(entry["value"])
+    """The Gateway's first IP address, else its first hostname (Istio publishes a ClusterIP
+    gateway as `<gateway>-istio.<namespace>.svc.cluster.local`)."""
+    entries = [e for e in gateway.get("status", {}).get("addresses") or [] if e.get("value")]
+    for wanted in ("IPAddress", "Hostname"):
+        for entry in entries:
+            if entry.get("type", "IPAddress") == wanted:
+                return str(entry["value"])
     return ""
 
 

@@ -28,6 +28,8 @@ class KubeRaySettings:
 
 
 HEAD_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+# How the Gateway API implementation gets there (see conformance/install/gateway*.py).
+GATEWAY_INSTALLS = ("local-build", "istio", "envoy-gateway", "existing")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ class Profile:
     gpu: GpuSettings
     source: Path = field(default=Path())
     # local-build: the harness installs the Gateway API CRDs and Traefik (local provider);
-    # existing: the cluster already has an implementation serving `gateway_class`.
+    # istio / envoy-gateway: the CRDs and that implementation from its Helm chart (clusters that
+    # pull public images: kind, eks, existing); existing: the cluster already serves `gateway_class`.
     gateway_install: str = "existing"
     # How the harness's Ray clusters publish their head Service (headGroupSpec.serviceType).
     # ClusterIP keeps the dashboard inside the cluster; the others expose it, and reports say so.
@@ -109,9 +112,10 @@ def parse(data: Any, source: Path) -> Profile:
             f"profile {source}: images.pull_policy is {pull_policy!r}", "use IfNotPresent or Never"
         )
     gateway_install = gateway.text("install") if "install" in gateway.data else "existing"
-    if gateway_install not in ("local-build", "existing"):
+    if gateway_install not in GATEWAY_INSTALLS:
         raise UsageError(
-            f"profile {source}: gateway.install is {gateway_install!r}", "use local-build or existing"
+            f"profile {source}: gateway.install is {gateway_install!r}",
+            f"use one of {', '.join(GATEWAY_INSTALLS)}",
         )
     timeouts = reader.mapping("timeouts")
     exposure = reader.section("exposure") if "exposure" in reader.data else None
