@@ -199,17 +199,19 @@ def running(generator: LoadGenerator, timeout: float, check: bool = True) -> Ite
 
 
 def provide_image(provider: Any) -> str:
-    """The generator's image reference, built here and loaded into the node where the provider
-    can load images; other providers have no way to get it yet."""
+    """The generator's image reference, built here and loaded into the nodes where the provider
+    can load images (local: imported into containerd; kind: `kind load image-archive`); other
+    providers (eks, existing) have no way to get it: there is no official vegeta image to pull."""
     if not hasattr(provider, "load_image"):
         raise HarnessError(
             f"provider {type(provider).__name__} cannot load the load generator's image",
-            "run the load checks on the local provider",
+            "run the load checks on the local or the kind provider",
         )
     from conformance.providers.local import gobuild, images, pins  # noqa: PLC0415
 
     tool = pins.TOOLS["vegeta"]
     binary = gobuild.ensure_built(tool, provider.cache) / "vegeta"
-    archive = images.vegeta_image(provider.cache, binary, tool.version)
+    packer = getattr(provider, "image_packer", "buildah")
+    archive = images.vegeta_image(provider.cache, binary, tool.version, packer=packer)
     provider.load_image(archive)
     return archive.ref

@@ -3,6 +3,10 @@
 For CI runners that have a Docker engine and the internet (nightly-kind.yml). KubeRay is then
 installed from its Helm chart by the run (profile `kind`), like on any cluster with a registry.
 Settings: KRC_KIND_NODE_IMAGE_VERSION (kindest/node tag), KRC_KIND_WORKERS (worker nodes).
+
+The one image built on the runner is the load generator's (vegeta, from the Go module proxy, and
+Debian's or Ubuntu's static busybox), packed without buildah or root (images.py, packer "tar")
+and loaded into every node with `kind load image-archive`; everything else is pulled.
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
-from conformance.errors import UsageError
+from conformance.errors import ProvisioningError, UsageError
 from conformance.providers.terraform import RunWorkspace, TerraformProvider, env_count, slug
 
 DEFAULT_WORKERS = 2
@@ -58,10 +63,42 @@ class KindProvider(TerraformProvider):
             )
         return version
 
+    # Images this provider builds are packed by Python, as any user: buildah needs root to mount.
+    image_packer = "tar"
+
+    @property
+    def cache(self) -> Path:
+        """Where the Go builds and the image archive are cached: a user's directory, not /var/cache."""
+        default = Path.home() / ".cache" / "kuberay-conformance"
+        return Path(os.environ.get("KRC_CACHE_DIR", default))
+
+    def cluster_name(self) -> str:
+        if self._cluster is not None and self._cluster.facts.get("cluster_name"):
+            return str(self._cluster.facts["cluster_name"])
+        if self.run_id is None:
+            raise UsageError("provider kind has no cluster of this run", "run the conformance run first")
+        return cluster_name(self.run_id)
+
+    def load_image(self, archive: Any) -> None:
+        """Load a docker-archive (images.ImageArchive) into every node of this run's cluster."""
+        argv = ["kind", "load", "image-archive", str(archive.path), "--name", self.cluster_name()]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ProvisioningError(
+                f"`kind load image-archive` of {archive.ref} failed: {exc}", "check kind"
+            ) from exc
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ProvisioningError(
+                f"`kind load image-archive` of {archive.ref} failed: {last}",
+                f"try it by hand: {' '.join(argv)}",
+            )
+
     def variables(self, workspace: RunWorkspace) -> dict[str, Any]:
         variables: dict[str, Any] = {
             # The run id makes the name unique, so parallel runs on one machine never share a cluster.
-            "cluster_name": f"krc-{slug(workspace.run_id)}"[:40].rstrip("-"),
+            "cluster_name": cluster_name(workspace.run_id),
             "worker_count": self.workers(),
             "kubeconfig_path": str(workspace.kubeconfig),
             "run_id": slug(workspace.run_id)[:63],
@@ -73,3 +110,8 @@ class KindProvider(TerraformProvider):
 
     def facts(self, outputs: dict[str, Any]) -> dict[str, object]:
         return {"cluster_name": outputs.get("cluster_name", "")}
+
+
+def cluster_name(run_id: str) -> str:
+    """The kind cluster of run `run_id` (a DNS label of at most 40 characters)."""
+    return f"krc-{slug(run_id)}"[:40].rstrip("-")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import shutil
 import stat
 import struct
 import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -435,6 +437,71 @@ def pack_rootfs(rootfs: Path, ref: str, config: ImageConfig, out: Path, *, work:
         _buildah_pack(rootfs, ref, config, out, work / "buildah", log)
 
 
+GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def pack_rootfs_tar(
+    rootfs: Path,
+    ref: str,
+    config: ImageConfig,
+    out: Path,
+    owners: Mapping[str, tuple[int, int]] | None = None,
+) -> None:
+    """Turn a directory into a one-layer docker-archive at `out` named `ref`, in Python only.
+
+    For users without root (a CI runner feeding `kind load image-archive`), where buildah cannot
+    mount. Every entry is owned by root unless `owners` names its path (relative to the rootfs);
+    times are zero and entries sorted, so the same rootfs always gives the same layer digest.
+    """
+    owners = owners or {}
+    layer = out.with_name("layer.tar")
+    with tarfile.open(layer, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(rootfs.rglob("*"), key=lambda p: p.relative_to(rootfs).as_posix()):
+            name = path.relative_to(rootfs).as_posix()
+            info = tar.gettarinfo(str(path), arcname=name)
+            info.uid, info.gid = owners.get(name, (0, 0))
+            info.uname = info.gname = ""
+            info.mtime = 0
+            if info.isreg():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+    diff_id = _sha256_file(layer)
+    image_config: dict[str, object] = {
+        "architecture": GOARCH.get(os.uname().machine, os.uname().machine),
+        "os": "linux",
+        "config": {
+            key: value
+            for key, value in (
+                ("Entrypoint", list(config.entrypoint)),
+                ("Cmd", list(config.cmd)),
+                ("Env", list(config.env)),
+                ("WorkingDir", config.workdir),
+                ("User", config.user),
+                ("Labels", dict(config.labels)),
+            )
+            if value
+        },
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
+        "history": [{"created_by": "kuberay-conformance pack_rootfs_tar"}],
+    }
+    config_bytes = json.dumps(image_config, sort_keys=True).encode()
+    config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
+    manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": [f"{diff_id}/layer.tar"]}]
+    with tarfile.open(out, "w") as archive:
+        files = ((config_name, config_bytes), ("manifest.json", json.dumps(manifest).encode()))
+        info = tarfile.TarInfo(f"{diff_id}/layer.tar")  # owner root, mtime 0, like the rest
+        info.size = layer.stat().st_size
+        with layer.open("rb") as handle:
+            archive.addfile(info, handle)
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    layer.unlink()
+
+
 @contextmanager
 def buildah_host_traces_removed(cache_file: Path = BUILDAH_BLOB_INFO_CACHE) -> Iterator[None]:
     """Remove the blob-info cache that buildah's commit creates in /var/lib/containers.
@@ -557,7 +624,7 @@ def _check_static(binary: Path) -> None:
         )
 
 
-def _write_minimal_etc(rootfs: Path, user: str) -> None:
+def _write_minimal_etc(rootfs: Path, user: str, chown: bool = True) -> None:
     # Programs that look up their own user (Go's os/user, logging libraries) need these.
     uid, _, gid = user.partition(":")
     gid = gid or uid
@@ -574,7 +641,7 @@ def _write_minimal_etc(rootfs: Path, user: str) -> None:
     for directory, mode in (("tmp", 0o1777), ("home/nonroot", 0o755)):
         (rootfs / directory).mkdir(parents=True, exist_ok=True)
         (rootfs / directory).chmod(mode)
-    if uid != "0":
+    if uid != "0" and chown:  # without: the tar packer sets the owner in the layer instead
         os.chown(rootfs / "home/nonroot", int(uid), int(gid))
 
 
@@ -949,9 +1016,10 @@ def _install_busybox(rootfs: Path) -> Path:
     return bin_dir
 
 
-def vegeta_image(cache_dir: Path, vegeta: Path, version: str) -> ImageArchive:
+def vegeta_image(cache_dir: Path, vegeta: Path, version: str, packer: str = "buildah") -> ImageArchive:
     """The load generator: vegeta and Debian's static busybox (a shell runs the attack, stops it
-    on a signal and prints the records), as a non-root user."""
+    on a signal and prints the records), as a non-root user. `packer` "tar" packs it without
+    buildah or root (pack_rootfs_tar), for the kind provider's CI runner."""
     busybox_version = _busybox_version()
     _check_static(BUSYBOX)
     _check_static(vegeta)
@@ -961,16 +1029,23 @@ def vegeta_image(cache_dir: Path, vegeta: Path, version: str) -> ImageArchive:
         "busybox_sha256": _sha256_file(BUSYBOX),
         "vegeta_sha256": _sha256_file(vegeta),
     }
+    if packer != "buildah":
+        inputs["packer"] = packer  # only then: the buildah-made image keeps its cache key
 
     def build(work: Path, ref: str, log: Path) -> None:
         with progress(f"building image {ref}"):
             rootfs = work / "rootfs"
-            _write_minimal_etc(rootfs, NONROOT_USER)
+            _write_minimal_etc(rootfs, NONROOT_USER, chown=packer == "buildah")
             bin_dir = _install_busybox(rootfs)
             shutil.copyfile(vegeta, bin_dir / "vegeta")
             (bin_dir / "vegeta").chmod(0o755)
             config = ImageConfig(entrypoint=("/bin/sh",), env=("PATH=/bin",), user=NONROOT_USER, labels={})
-            pack_rootfs(rootfs, ref, config, work / ARCHIVE_NAME, work=work, log=log)
+            if packer == "tar":
+                uid, _, gid = NONROOT_USER.partition(":")
+                owners = {"home/nonroot": (int(uid), int(gid))}
+                pack_rootfs_tar(rootfs, ref, config, work / ARCHIVE_NAME, owners)
+            else:
+                pack_rootfs(rootfs, ref, config, work / ARCHIVE_NAME, work=work, log=log)
             _remove_tree(rootfs)
 
     return _cached_build(cache_dir, "vegeta", version, inputs, build)
@@ -980,6 +1055,7 @@ __all__ = [
     "ImageArchive",
     "binary_image",
     "import_image",
+    "pack_rootfs_tar",
     "pause_image",
     "ray_image",
     "redis_image",
