@@ -168,6 +168,7 @@ def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
 ) -> None:
     """Runs after every check that needs KubeRay: it removes the operator and its CRDs."""
     api = config.new_client_from_config(str(local_cluster.kubeconfig))
+    _wait_no_ray_objects(api)
     kuberay.uninstall_local(api, kuberay.OperatorSpec(version="v1.6.2"), remove_crds=True)
     for crd in RAY_CRDS:  # a CRD lingers while objects of its kind still have finalizers
         wait_gone(
@@ -187,3 +188,15 @@ def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
     assert "no KubeRay CRDs (rayclusters.ray.io, rayjobs.ray.io, rayservices.ray.io missing)" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def _wait_no_ray_objects(api: client.ApiClient) -> None:
+    """Earlier runs delete their namespaces without waiting; the operator must remove the Ray
+    objects' finalizers (a RayService's, say) before it goes, or their CRDs never go."""
+    custom = client.CustomObjectsApi(api)
+    for plural in ("rayjobs", "rayservices", "rayclusters"):
+
+        def listing(plural: str = plural, **kwargs: object) -> object:
+            return custom.list_cluster_custom_object("ray.io", "v1", plural, **kwargs)
+
+        wait_gone(listing, what=f"every {plural} object of earlier runs", timeout=300)
