@@ -582,9 +582,18 @@ def describe_deployment(dep: Any) -> str:
     return f"{status.ready_replicas or 0}/{dep.spec.replicas} ready, {status.updated_replicas or 0} updated"
 
 
-def _operator_pods(core: client.CoreV1Api, namespace: str, selector: str) -> set[str]:
+def _operator_pods(core: client.CoreV1Api, namespace: str, selector: str, image: str = "") -> set[str]:
+    """Current (not terminating) pods, of `image` when given."""
     pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    return {pod.metadata.name for pod in pods if pod.metadata.deletion_timestamp is None}
+    return {
+        pod.metadata.name
+        for pod in pods
+        if pod.metadata.deletion_timestamp is None and (not image or image in _images(pod))
+    }
+
+
+def _images(pod: Any) -> list[str]:
+    return [c.image for c in pod.spec.containers]
 
 
 def lease_held_by(lease: Any, pods: set[str]) -> bool:
@@ -614,8 +623,9 @@ def _pod_problems(core: client.CoreV1Api, namespace: str) -> str:
     return "; ".join(problems) or "no operator pod"
 
 
-def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float) -> None:
-    """Wait until the Deployment is available and, with leader election, the lease is held.
+def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float, image: str = "") -> None:
+    """Wait until the Deployment is available and, with leader election, the lease is held (by a
+    pod running `image`, when given: after a version change the old pod may still hold it).
 
     The lease matters: controllers start only after the operator becomes the leader.
     """
@@ -635,7 +645,7 @@ def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float)
         if spec.leader_election:
             wait_for(
                 client.CoordinationV1Api(api_client).list_namespaced_lease,
-                lambda lease: lease_held_by(lease, _operator_pods(core, spec.namespace, POD_SELECTOR)),
+                lambda lease: lease_held_by(lease, _operator_pods(core, spec.namespace, POD_SELECTOR, image)),
                 what=f"lease {spec.namespace}/{LEASE_NAME} held",
                 timeout=max(1.0, deadline - _now_s()),
                 describe=lambda lease: f"holder {lease.spec.holder_identity or 'none'}",

@@ -18,7 +18,6 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
 from conformance.install import kuberay
-from conformance.kube.wait import wait_for
 from conformance.providers.local import gobuild
 from conformance.providers.local.layout import cache_dir
 
@@ -79,39 +78,9 @@ def switch_to(api: client.ApiClient, target: OperatorVersion, timeout: float) ->
     for role in kuberay.rbac_roles(module / "config" / "rbac", target.spec):
         kuberay.apply_object(dynamic, role)
     started = time.monotonic()
-    apps = client.AppsV1Api(api)
-    namespace = target.spec.namespace
-    generation = apps.patch_namespaced_deployment(kuberay.NAME, namespace, _patch(target)).metadata.generation
-    # The generation, not only "available": right after the patch the old pod still counts as available.
-    wait_for(
-        apps.list_namespaced_deployment,
-        lambda dep: (dep.status.observed_generation or 0) >= generation and kuberay.deployment_available(dep),
-        what=f"the operator Deployment rolled out to {target.spec.version}",
-        timeout=timeout,
-        describe=kuberay.describe_deployment,
-        namespace=namespace,
-        field_selector=f"metadata.name={kuberay.NAME}",
-    )
-    core = client.CoreV1Api(api)
-    wait_for(
-        client.CoordinationV1Api(api).list_namespaced_lease,
-        lambda lease: kuberay.lease_held_by(lease, _pods_running(core, namespace, target.image)),
-        what=f"a KubeRay {target.spec.version} pod to hold lease {kuberay.LEASE_NAME}",
-        timeout=timeout,
-        describe=lambda lease: f"holder {lease.spec.holder_identity or 'none'}",
-        namespace=namespace,
-        field_selector=f"metadata.name={kuberay.LEASE_NAME}",
-    )
+    client.AppsV1Api(api).patch_namespaced_deployment(kuberay.NAME, target.spec.namespace, _patch(target))
+    kuberay.wait_ready(api, target.spec, timeout, image=target.image)
     return round(time.monotonic() - started, 2)
-
-
-def _pods_running(core: client.CoreV1Api, namespace: str, image: str) -> set[str]:
-    pods = core.list_namespaced_pod(namespace, label_selector=kuberay.POD_SELECTOR).items
-    return {
-        pod.metadata.name
-        for pod in pods
-        if pod.metadata.deletion_timestamp is None and image in [c.image for c in pod.spec.containers]
-    }
 
 
 def is_running(api: client.ApiClient, target: OperatorVersion) -> bool:
