@@ -105,13 +105,7 @@ def _only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def wait_ready(api_client: client.ApiClient, class_name: str, timeout: float) -> None:
-    try:
-        wait_rolled_out(api_client, NAMESPACE, "traefik", timeout)
-    except WaitTimeout as exc:
-        raise ProvisioningError(
-            f"the Gateway implementation did not become ready: {exc.last_seen}",
-            f"see the logs of deployment/traefik in namespace {NAMESPACE}",
-        ) from exc
+    kuberay.wait_rolled_out(api_client, NAMESPACE, "traefik", timeout)
     wait_class_accepted(
         api_client, class_name, timeout, f"the logs of deployment/traefik in namespace {NAMESPACE}"
     )
@@ -133,26 +127,6 @@ def wait_class_accepted(api_client: client.ApiClient, class_name: str, timeout: 
         raise ProvisioningError(
             f"the Gateway implementation did not become ready: {exc.last_seen}", f"see {where}"
         ) from exc
-
-
-def wait_rolled_out(api_client: client.ApiClient, namespace: str, name: str, timeout: float) -> None:
-    """Wait until Deployment `name` is available with every pod of its current spec (an add-on
-    the harness installs: Traefik, the local-path provisioner); raises WaitTimeout."""
-    wait_for(
-        client.AppsV1Api(api_client).list_namespaced_deployment,
-        _rolled_out,
-        what=f"{name} available",
-        timeout=timeout,
-        describe=kuberay.describe_deployment,
-        namespace=namespace,
-        field_selector=f"metadata.name={name}",
-    )
-
-
-def _rolled_out(dep: Any) -> bool:
-    # Available alone holds mid-rollout (the old pod still serves): also no pods of the old spec.
-    wanted = dep.spec.replicas or 0
-    return kuberay.deployment_available(dep) and (dep.status.replicas or 0) == wanted
 
 
 def condition_true(obj: dict[str, Any], kind: str, generation: bool = True) -> bool:

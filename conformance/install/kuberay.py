@@ -660,6 +660,32 @@ def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float,
         ) from exc
 
 
+def wait_rolled_out(api_client: client.ApiClient, namespace: str, name: str, timeout: float) -> None:
+    """Wait until Deployment `name` is available with every pod of its current spec (an add-on
+    the harness installs: Traefik, the local-path provisioner); ProvisioningError if not."""
+    try:
+        wait_for(
+            client.AppsV1Api(api_client).list_namespaced_deployment,
+            _rolled_out,
+            what=f"{name} available",
+            timeout=timeout,
+            describe=describe_deployment,
+            namespace=namespace,
+            field_selector=f"metadata.name={name}",
+        )
+    except WaitTimeout as exc:
+        raise ProvisioningError(
+            f"{name} did not become ready: {exc.last_seen}",
+            f"see the logs of deployment/{name} in namespace {namespace}",
+        ) from exc
+
+
+def _rolled_out(dep: Any) -> bool:
+    # Available alone holds mid-rollout (the old pod still serves): also no pods of the old spec.
+    wanted = dep.spec.replicas or 0
+    return deployment_available(dep) and (dep.status.replicas or 0) == wanted
+
+
 def _now_s() -> float:
     return time.monotonic()
 

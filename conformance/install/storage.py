@@ -18,11 +18,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
-from conformance.errors import ProvisioningError
 from conformance.install import kuberay
-from conformance.install.gateway import wait_rolled_out
 from conformance.kube.manifests import render_all
-from conformance.kube.wait import WaitTimeout
 from conformance.progress import progress
 from conformance.providers.local import gobuild, images, pins
 
@@ -79,14 +76,4 @@ def install_local(
         for doc in docs:  # the Namespace first: the manifest lists it first
             line.update(f"{doc['kind']}/{doc['metadata']['name']}")
             kuberay.apply_object(dynamic, doc)
-    wait_ready(api_client, timeout)
-
-
-def wait_ready(api_client: client.ApiClient, timeout: float) -> None:
-    try:
-        wait_rolled_out(api_client, NAMESPACE, "local-path-provisioner", timeout)
-    except WaitTimeout as exc:
-        raise ProvisioningError(
-            f"the local-path provisioner did not become ready: {exc.last_seen}",
-            f"see the logs of deployment/local-path-provisioner in namespace {NAMESPACE}",
-        ) from exc
+    kuberay.wait_rolled_out(api_client, NAMESPACE, "local-path-provisioner", timeout)
