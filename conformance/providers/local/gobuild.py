@@ -25,7 +25,7 @@ from pathlib import Path
 from conformance.errors import ProvisioningError
 from conformance.progress import progress
 
-from .images import _locked
+from .layout import cache_entry_lock
 from .pins import GoTool
 
 RECIPE_REVISION = "1"  # bump when the way we build changes, to invalidate every cached tool
@@ -276,7 +276,7 @@ def _cached_build(root: Path, version: str, env: dict[str, str], what: str, buil
     Under a lock: two runs (or two test sessions) on one machine must not build into, and remove,
     the same staging folder; the second finds the first one's result.
     """
-    with _locked(root.with_name(root.name + ".lock")):
+    with cache_entry_lock(root.with_name(root.name + ".lock")):
         if (root / "complete").exists():
             return root / "bin"
         return _build_unlocked(root, version, env, what, build)
