@@ -117,9 +117,15 @@ def _run(
     except FileNotFoundError as exc:
         raise ProvisioningError(f"{argv[0]} cannot be run", "see `tool_binary`") from exc
     if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
-        raise error(f"{what} failed: {said}", fix)  # type: ignore[call-arg]
+        raise error(f"{what} failed: {_said(done.stderr or done.stdout)}", fix)  # type: ignore[call-arg]
     return done.stdout
+
+
+def _said(output: str) -> str:
+    """The line that says what went wrong: helm and kustomize print it as `Error: ...`, then hints."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()] or ["no output"]
+    errors = [line.removeprefix("Error: ") for line in lines if line.startswith("Error:")]
+    return (errors or lines)[-1]
 
 
 # --- values (pure) ---------------------------------------------------------------------------
