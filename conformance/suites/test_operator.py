@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -335,6 +335,7 @@ KEPT = "kept"
 class Upgrade:
     old: operator_upgrade.OperatorVersion  # running when the check starts
     new: operator_upgrade.OperatorVersion  # the version under test
+    perform: Callable[[], float]  # the upgrade itself; returns operator_upgrade_s
 
 
 @pytest.fixture
@@ -343,10 +344,11 @@ def previous_operator(
 ) -> Iterator[Upgrade]:
     """The shared operator, moved to the previous minor for one check; the version under test
     runs again afterwards, whatever happened."""
-    if profile.kuberay.install != "local-build":
+    install = conformance.options.kuberay_install
+    if install not in ("local-build", "source"):
         pytest.skip(
-            NOT_APPLICABLE + f"kuberay.install is {profile.kuberay.install}: the harness installs "
-            "an older operator only where it builds the operator itself (local-build)"
+            NOT_APPLICABLE + f"kuberay.install is {install}: the harness installs an older operator "
+            "only where it builds the operator itself (local-build, or --kuberay-source)"
         )
     spec: kuberay.OperatorSpec = conformance.operator_spec  # type: ignore[assignment]
     previous = operator_upgrade.previous_minor(spec.version)
@@ -361,11 +363,31 @@ def previous_operator(
         operator_upgrade.previous_spec(spec, previous, profile.kuberay.feature_gates),
         conformance.provider,  # type: ignore[arg-type]
     )
+    if install == "source":  # the checkout's chart, as a user upgrades: CRDs, then helm upgrade
+        assert conformance.cluster is not None
+        target = kuberay_chart.Target(conformance.cluster.kubeconfig, conformance.cluster.context)
+
+        def upgrade() -> float:
+            return operator_upgrade.helm_upgrade(
+                api, conformance.source, conformance.provider, target, timeouts.ready
+            )  # type: ignore[arg-type]
+
+        def restore() -> None:
+            if not operator_upgrade.is_running(api, current):
+                upgrade()
+    else:
+
+        def upgrade() -> float:
+            return operator_upgrade.switch_to(api, current, timeouts.ready)
+
+        def restore() -> None:
+            operator_upgrade.switch_to(api, current, timeouts.ready)
+
     try:
         operator_upgrade.switch_to(api, old, timeouts.ready)
-        yield Upgrade(old, current)
+        yield Upgrade(old, current, upgrade)
     finally:
-        operator_upgrade.switch_to(api, current, timeouts.ready)
+        restore()
 
 
 @pytest.mark.requires("gateway_api")
@@ -400,7 +422,7 @@ def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(
                 "run one conformance run at a time against a cluster",
             )
         new = previous_operator.new
-        metrics["operator_upgrade_s"] = operator_upgrade.switch_to(api, new, timeouts.ready)
+        metrics["operator_upgrade_s"] = previous_operator.perform()
         changed = holds_for(
             ray.core.list_namespaced_pod,
             lambda pod: before.get(pod.metadata.name) == _pod_state(pod),
