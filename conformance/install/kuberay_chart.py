@@ -50,6 +50,13 @@ LOCAL_BUILD = "local-build"
 INSTALL_LABEL = "kuberay-conformance.io/install"  # on objects of a kustomize deploy
 IMAGE_BUILD_ANNOTATION = "kuberay-conformance.io/image-build"  # a rebuilt image rolls the pod
 KUSTOMIZE_IMAGE = "kuberay/operator"  # the image name config/manager/manager.yaml uses
+# On the local provider's 2-core node the chart's 100m CPU limit makes the operator's start-up
+# slow, which would be measured as KubeRay's slowness: the same resources as the hand-made
+# install (manifests/kuberay/operator.yaml) for an image built here.
+LOCAL_RESOURCES = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"cpu": "500m", "memory": "512Mi"},
+}
 
 
 # --- the helm and kustomize programs ---------------------------------------------------------
@@ -161,6 +168,7 @@ def chart_values(
     if image:
         repository, _, tag = image.rpartition(":")
         values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
+        values["resources"] = LOCAL_RESOURCES
     else:
         values["image"] = {"tag": spec.version}
     if image_build:
@@ -295,6 +303,7 @@ def deploy_docs(
             for container in pod["spec"]["containers"]:
                 if container.get("name") == kuberay.NAME:
                     container["imagePullPolicy"] = "Never"
+                    container["resources"] = LOCAL_RESOURCES
                     container["args"] = with_gates(container.get("args") or [], gates)
         out.append(doc)
     return out

@@ -219,10 +219,12 @@ def test_chart_values_for_a_local_image_never_pull_and_roll_on_a_rebuild() -> No
         "pullPolicy": "Never",
     }
     assert values["annotations"] == {kuberay_chart.IMAGE_BUILD_ANNOTATION: "build-1"}
+    assert values["resources"]["limits"]["cpu"] == "500m"  # as the hand-made install, on a small node
     assert values["watchNamespace"] == ["a"] and values["leaderElectionEnabled"] is True
     assert values["featureGates"][-1] == {"name": "RayCronJob", "enabled": True}
     released = kuberay_chart.chart_values(OperatorSpec(), {"featureGates": CHART_GATES})
     assert released["image"] == {"tag": "v1.7.0"} and "annotations" not in released
+    assert "resources" not in released  # a released image on a real cluster: the chart's own
 
 
 def test_chart_sources_give_helm_a_folder_or_a_repository_and_version(tmp_path: Path) -> None:
@@ -254,7 +256,7 @@ def test_kustomize_output_gets_the_gates_merged_our_label_and_never_pulls() -> N
     (doc,) = kuberay_chart.deploy_docs([deployment], {"B": True}, "build-2")
     container = doc["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["--reconcile-concurrency=1", "--feature-gates=A=true,B=true"]
-    assert container["imagePullPolicy"] == "Never"
+    assert container["imagePullPolicy"] == "Never" and container["resources"] == kuberay_chart.LOCAL_RESOURCES
     assert doc["metadata"]["labels"][kuberay_chart.INSTALL_LABEL] == kuberay_chart.KUSTOMIZE
     assert (
         doc["spec"]["template"]["metadata"]["annotations"][kuberay_chart.IMAGE_BUILD_ANNOTATION] == "build-2"
@@ -280,3 +282,23 @@ def test_gate_mismatches_name_each_differing_gate_on_either_side() -> None:
         "B": {"running": False, "promised": None},
         "C": {"running": None, "promised": True},
     }
+
+
+def test_the_reports_first_screen_says_where_kuberay_came_from() -> None:
+    from conformance.report import html  # noqa: PLC0415
+    from conformance.report.summary import Summary  # noqa: PLC0415
+
+    prov = kuberay_source.Provenance(
+        "v1.7.0",
+        "Chart.yaml version",
+        "ray-operator/v1.7.0 (59d663aeec13)",
+        "59d663aeec13",
+        "",
+        "x" * 64,
+        "helm-chart",
+    )
+    summary = Summary("r", "2026-12-01T00:00:00+00:00", "local", "default", {"kuberay": "v1.7.0"})
+    summary.environment["kuberay_origin"] = prov.note()
+    shown = dict(html.facts(summary))["KubeRay from"]
+    assert shown.startswith("KubeRay v1.7.0 built from source at ray-operator/v1.7.0 (59d663aeec13)")
+    assert "its own Helm chart" in shown
