@@ -39,9 +39,12 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def _refused(done: subprocess.CompletedProcess, code: int, *words: str, run_dir: Path) -> str:
-    lines = done.stderr.strip().splitlines()
+    # Progress lines of a build may come first; the error is one line, the last.
+    lines = [
+        line for line in done.stderr.strip().splitlines() if line.startswith("kuberay-conformance: error:")
+    ]
     assert done.returncode == code, done.stderr + done.stdout[-2000:]
-    assert len(lines) == 1, done.stderr
+    assert len(lines) == 1 and done.stderr.strip().endswith(lines[0]), done.stderr
     for word in words:
         assert word in lines[0], lines[0]
     assert not run_dir.exists(), "a refused run wrote results"
