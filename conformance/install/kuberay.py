@@ -311,11 +311,15 @@ def effective_feature_gates(version: str, explicit: Mapping[str, bool]) -> dict[
 
 
 def version_from_image(image: str) -> str:
-    """`quay.io/kuberay/operator:v1.7.0` -> `v1.7.0`; "" when the tag is no version (or absent)."""
+    """`quay.io/kuberay/operator:v1.7.0` -> `v1.7.0`; "" when the tag is no version (or absent).
+
+    An image built from a checkout is tagged `<version>-src.<tree hash>` (kuberay_source.image_tag):
+    its version is the checkout's.
+    """
     reference = image.split("@", 1)[0]
     last = reference.rsplit("/", 1)[-1]
     _, sep, tag = last.partition(":")
-    match = _TAG_VERSION.fullmatch(tag) if sep else None
+    match = _TAG_VERSION.fullmatch(re.sub(r"-src\.[0-9a-f]+$", "", tag)) if sep else None
     return f"v{match.group(1)}" if match else ""
 
 

@@ -168,9 +168,12 @@ def test_the_build_key_changes_with_the_tree_content_and_only_then(tmp_path: Pat
     assert gobuild.tree_key("kuberay-source", first) == gobuild.tree_key("kuberay-source", first)
     prov = kuberay_source.provenance(kuberay_source.open_checkout(root))
     assert kuberay_source.image_tag(prov) == f"v1.6.2-src.{edited[:12]}"
-    assert kuberay.version_from_image(
-        f"localhost/x/kuberay-operator:{kuberay_source.image_tag(prov)}"
-    ).startswith("v1.6.2-src.")
+    # What a check reads back from the running image is the checkout's version (the scoped operator).
+    assert (
+        kuberay.version_from_image(f"localhost/x/kuberay-operator:{kuberay_source.image_tag(prov)}")
+        == "v1.6.2"
+    )
+    assert kuberay.version_from_image("quay.io/kuberay/operator:v1.7.0-rc.1") == "v1.7.0-rc.1"
 
 
 # --- gates -----------------------------------------------------------------------------------
