@@ -36,11 +36,12 @@ def main() -> None:
     args = _parser().parse_args()
     recorded = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"areas": {}}
     if args.run_dirs:
-        entries = [entry(Path(d), None, "") for d in args.run_dirs]
+        entries = [entry(Path(d), None, "", args.k) for d in args.run_dirs]
     else:
         entries = [_run(args.source, area, args.k, args.lock) for area in args.area]
     for found in entries:
-        recorded["areas"][found["area"]] = found
+        key = found["area"] + (f" -k {found['selection']}" if found["selection"] else "")
+        recorded["areas"][key] = found
     recorded["machine"] = machine()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(recorded, indent=2) + "\n")
@@ -68,10 +69,10 @@ def _run(source: str, area: str, k: str, lock: str) -> dict:
         shown = ["flock", lock, *shown]
     started = time.monotonic()
     subprocess.run(command, cwd=ROOT, check=False)
-    return entry(run_dir, round(time.monotonic() - started, 1), shlex.join(shown))
+    return entry(run_dir, round(time.monotonic() - started, 1), shlex.join(shown), k)
 
 
-def entry(run_dir: Path, wall_s: float | None, command: str) -> dict:
+def entry(run_dir: Path, wall_s: float | None, command: str, k: str = "") -> dict:
     """One area's run: counts by outcome, its wall time, and each check that did not pass."""
     summary = json.loads((run_dir / "summary.json").read_text())
     (area,) = summary["areas"] or {"?": {}}
@@ -81,6 +82,7 @@ def entry(run_dir: Path, wall_s: float | None, command: str) -> dict:
     env = summary.get("environment", {})
     return {
         "area": area,
+        "selection": k,  # a -k expression: only some checks of the area ran
         "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
         "date": summary["started"][:10],
         "command": command,
@@ -117,14 +119,19 @@ def _verdict(counts: dict[str, int]) -> str:
     return "not conformant" if counts["failed"] else "conformant"
 
 
+def _selection(found: dict) -> str:
+    return f" (`-k {found['selection']}`)" if found.get("selection") else ""
+
+
 def render(recorded: dict) -> str:
     areas = list(recorded["areas"].values())
     first = areas[0] if areas else {"versions": {}, "source": {}}
     version = first["versions"].get("kuberay", "?")
     ref = first["source"].get("ref", "?")
     rows = [
-        f"| `{a['area']}` | {a['verdict']} | {a['counts']['passed']} | {a['counts']['failed']} | "
-        f"{a['counts']['error']} | {a['counts']['not_applicable']} | {a['wall_s']} | {a['date']} |"
+        f"| `{a['area']}`{_selection(a)} | {a['verdict']} | {a['counts']['passed']} | "
+        f"{a['counts']['failed']} | {a['counts']['error']} | {a['counts']['not_applicable']} | "
+        f"{a['wall_s']} | {a['date']} |"
         for a in areas
     ]
     findings = [
