@@ -7,6 +7,7 @@ from cryptography import x509
 
 from conformance.errors import UsageError
 from conformance.providers.local import components
+from conformance.providers.local.cgroup_layout import CgroupMode
 from conformance.providers.local.journal import Change, HostJournal
 from conformance.providers.local.layout import Network, StateLayout
 from conformance.providers.local.pki import CertificateAuthority, ClientIdentity, write_kubeconfig
@@ -22,7 +23,7 @@ def test_network_addresses_are_derived_from_the_ranges() -> None:
 
 
 def test_kubelet_config_keeps_images_and_accepts_cgroup_v1(tmp_path: Path) -> None:
-    cfg = components.kubelet_config(StateLayout(tmp_path), Network())
+    cfg = components.kubelet_config(StateLayout(tmp_path), Network(), CgroupMode.HYBRID)
     assert cfg["failCgroupV1"] is False
     assert cfg["cgroupDriver"] == "cgroupfs"
     assert cfg["imageGCHighThresholdPercent"] == 100

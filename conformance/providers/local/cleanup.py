@@ -3,6 +3,10 @@
 Pods run in cgroups below our own cgroup root and mount below our state directory, so
 every sweep here is confined to what this provider made: PIDs found in our cgroups,
 mount points below our directory, cgroup directories under our names.
+
+The pod cgroup root is one directory per v1 hierarchy on v1 and hybrid hosts, and one
+subtree of the unified hierarchy on cgroup v2 hosts. Each function takes `cgroup_root`,
+a cgroup v2 directory to use instead of the host's (tests point it at a private mount).
 """
 
 from __future__ import annotations
@@ -12,7 +16,11 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from .cgroup2 import KUBELET_CONTROLLERS, UnifiedCgroup
+from .cgroup_layout import host_layout, unified_root
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 POD_CGROUP_ROOT = "kuberay-conformance-pods"
@@ -27,8 +35,20 @@ def v1_hierarchies() -> list[Path]:
     ]
 
 
-def ensure_pod_cgroup_root() -> None:
+def unified_pod_root(cgroup_root: Path | None = None) -> UnifiedCgroup | None:
+    """kubelet's cgroupRoot as a v2 cgroup; None on v1 and hybrid hosts."""
+    root = cgroup_root or unified_root(host_layout())
+    return UnifiedCgroup(root / POD_CGROUP_ROOT) if root else None
+
+
+def ensure_pod_cgroup_root(cgroup_root: Path | None = None) -> None:
     """kubelet's cgroupRoot must exist in every hierarchy before it starts."""
+    pods = unified_pod_root(cgroup_root)
+    if pods:
+        pods.create()
+        # kubelet refuses a cgroupRoot whose children lack a controller it uses (kubepods is one).
+        pods.enable_for_children(KUBELET_CONTROLLERS)
+        return
     for hierarchy in v1_hierarchies():
         root = hierarchy / POD_CGROUP_ROOT
         root.mkdir(exist_ok=True)
@@ -47,16 +67,26 @@ def _pod_cgroup_dirs() -> list[Path]:
     return dirs
 
 
-def kill_pod_processes(grace: float = 5.0) -> list[str]:
-    pids = _pids_in(_pod_cgroup_dirs())
+def kill_pod_processes(grace: float = 5.0, cgroup_root: Path | None = None) -> list[str]:
+    pods = unified_pod_root(cgroup_root)
+    if pods is None:
+        return _signal_until_gone(lambda: _pids_in(_pod_cgroup_dirs()), grace)
+    if not pods.pids() or pods.kill(grace):
+        return []
+    # No cgroup.kill (a kernel before 5.14), or something outlived it: by PID, as on v1.
+    return _signal_until_gone(pods.pids, grace)
+
+
+def _signal_until_gone(list_pids: Callable[[], list[int]], grace: float) -> list[str]:
+    pids = list_pids()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _pids_in(_pod_cgroup_dirs()):
+        while time.monotonic() < deadline and list_pids():
             time.sleep(0.1)  # poll-interval: waiting for killed PIDs to leave the cgroup
-        pids = _pids_in(_pod_cgroup_dirs())
+        pids = list_pids()
         if not pids:
             return []
     return [f"pod process {pid} did not stop" for pid in pids]
@@ -72,7 +102,10 @@ def _pids_in(dirs: list[Path]) -> list[int]:
     return sorted(pids)
 
 
-def remove_kubelet_cgroups() -> list[str]:
+def remove_kubelet_cgroups(cgroup_root: Path | None = None) -> list[str]:
+    pods = unified_pod_root(cgroup_root)
+    if pods:
+        return pods.remove()
     problems = []
     # Deepest first: a cgroup directory can only be removed once its children are gone.
     for directory in sorted(_pod_cgroup_dirs(), key=lambda d: len(d.parts), reverse=True):

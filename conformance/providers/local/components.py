@@ -3,6 +3,9 @@
 Settings follow what a one-node cluster on a cgroup v1 VM needs (see shared/design.md):
 cgroupfs everywhere, kubelet told to accept cgroup v1 and to never collect images (they
 cannot be pulled again), and CoreDNS with no upstream so that nothing leaves the host.
+On a cgroup v2 (unified) host kubelet needs no v1 override; everything else is the same:
+kubelet and runc find the hierarchy's version themselves, and runc's cgroupfs driver
+(`SystemdCgroup = false`) serves both, so containerd's configuration does not change.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from .cgroup_layout import CgroupMode
 from .cleanup import POD_CGROUP_ROOT
 from .images import PAUSE_VERSION, image_ref
 from .layout import Network, StateLayout
@@ -206,8 +210,8 @@ def containerd(state: StateLayout, bins: Binaries) -> Component:
     )
 
 
-def kubelet_config(state: StateLayout, net: Network) -> dict:
-    return {
+def kubelet_config(state: StateLayout, net: Network, cgroups: CgroupMode) -> dict:
+    config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "authentication": {
@@ -244,6 +248,10 @@ def kubelet_config(state: StateLayout, net: Network) -> dict:
         "maxPods": 110,
         "nodeStatusReportFrequency": "10s",
     }
+    if cgroups is CgroupMode.UNIFIED:
+        # kubelet 1.35+ refuses v1 (hybrid included) unless told otherwise; v2 needs no override.
+        del config["failCgroupV1"]
+    return config
 
 
 def kubelet(state: StateLayout, net: Network, bins: Binaries) -> Component:
@@ -320,12 +328,12 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def write_configs(state: StateLayout, net: Network) -> None:
+def write_configs(state: StateLayout, net: Network, cgroups: CgroupMode) -> None:
     state.config.mkdir(parents=True, exist_ok=True)
     state.cni_conf.mkdir(parents=True, exist_ok=True)
     _write_if_changed(state.config / "containerd.toml", containerd_config(state))
     _write_if_changed(state.cni_conf / "10-krc.conflist", cni_config(state, net))
-    _write_if_changed(state.config / "kubelet.yaml", yaml.safe_dump(kubelet_config(state, net)))
+    _write_if_changed(state.config / "kubelet.yaml", yaml.safe_dump(kubelet_config(state, net, cgroups)))
     _write_if_changed(state.config / "kube-proxy.yaml", yaml.safe_dump(kube_proxy_config(state, net)))
     _write_if_changed(state.config / "Corefile", corefile(state, net))
     # Pods with dnsPolicy Default get this file: cluster DNS, never the host's resolvers.

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from conformance.errors import ProvisioningError
 
+from . import cgroup2
+from .cgroup_layout import CgroupLayout, CgroupMode, host_layout, supports_cgroup_kill
 from .components import CNI_BIN_DIR, RUNC
 
 REQUIRED_PROGRAMS = {
@@ -48,20 +50,51 @@ def check_programs() -> None:
         )
 
 
-def check_kernel() -> None:
+def check_kernel() -> list[str]:
+    """Raises on what the cluster cannot run without; returns notes on what it works around."""
     filesystems = Path("/proc/filesystems").read_text()
     if "overlay" not in filesystems:
         raise ProvisioningError("the kernel has no overlay filesystem", "use a kernel with CONFIG_OVERLAY_FS")
-    missing = [c for c in CGROUP_V1_CONTROLLERS if not Path("/sys/fs/cgroup", c, "cgroup.procs").exists()]
-    if missing and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
-        raise ProvisioningError(
-            f"cgroup controllers {', '.join(missing)} are not mounted",
-            "mount the cgroup v1 hierarchies (or boot with a cgroup v2 unified hierarchy)",
-        )
+    notes = check_cgroups(host_layout(), os.uname().release)
     if not Path("/proc/sys/net/ipv4/ip_forward").exists():
         raise ProvisioningError("the kernel has no IPv4 forwarding", "use a kernel with CONFIG_INET")
     if not Path("/proc/self/ns/net").exists():
         raise ProvisioningError("the kernel has no network namespaces", "use a kernel with CONFIG_NET_NS")
+    return notes
+
+
+def check_cgroups(layout: CgroupLayout, kernel_release: str) -> list[str]:
+    if layout.mode is not CgroupMode.UNIFIED:
+        # v1 and hybrid hosts: the controllers are in the v1 hierarchies.
+        missing = [c for c in CGROUP_V1_CONTROLLERS if not Path("/sys/fs/cgroup", c, "cgroup.procs").exists()]
+        if missing:
+            raise ProvisioningError(
+                f"cgroup controllers {', '.join(missing)} are not mounted",
+                "mount the cgroup v1 hierarchies (or boot with a cgroup v2 unified hierarchy)",
+            )
+        return []
+    check_unified_hierarchy(layout.unified_mount or cgroup2.KUBELET_CGROUP_MOUNT, layout.unified_read_only)
+    return unified_notes(kernel_release)
+
+
+def unified_notes(kernel_release: str) -> list[str]:
+    if supports_cgroup_kill(kernel_release):
+        return []
+    return [f"kernel {kernel_release} has no cgroup.kill (5.14+): `down` stops leftover processes by PID"]
+
+
+def check_unified_hierarchy(mount: Path, read_only: bool = False) -> None:
+    """Every gap of a cgroup v2 host at once, in one line, with the fix for each."""
+    problems = cgroup2.host_problems(
+        mount,
+        writable=not read_only and os.access(mount, os.W_OK),
+        controllers=cgroup2.read_set(mount / "cgroup.controllers"),
+        subtree_control=cgroup2.read_set(mount / "cgroup.subtree_control"),
+    )
+    if problems:
+        raise ProvisioningError(
+            "cgroup v2: " + "; ".join(cause for cause, _ in problems), "; ".join(fix for _, fix in problems)
+        )
 
 
 def check_port_free(component: str, host: str, port: int) -> None:
@@ -75,7 +108,8 @@ def check_port_free(component: str, host: str, port: int) -> None:
             )
 
 
-def run_all() -> None:
+def run_all() -> list[str]:
+    """Raises on the first blocking gap; returns notes worth telling the user."""
     check_root()
     check_programs()
-    check_kernel()
+    return check_kernel()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import string
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
 from . import components, gobuild, images, network, pins, preflight
+from .cgroup_layout import host_layout
 from .cleanup import ensure_pod_cgroup_root, kill_pod_processes, remove_kubelet_cgroups, unmount_below
 from .journal import Change, HostJournal, read_sysctl
 from .layout import Network, StateLayout, cache_dir
@@ -96,7 +98,8 @@ class LocalProvider:
     # -- the interface -------------------------------------------------------------------
 
     def up(self) -> Cluster:
-        preflight.run_all()
+        for note in preflight.run_all():
+            print(f"note: {note}", file=sys.stderr)
         network.check_ranges_free(self.net)
         bins = self.ensure_binaries()
         pause = images.pause_image(self.cache)
@@ -176,7 +179,7 @@ class LocalProvider:
         self._record_kernel_tunables()
         network.ensure_node_network(self.net, self.journal)
         self._ensure_pki()
-        components.write_configs(self.state, self.net)
+        components.write_configs(self.state, self.net, host_layout().mode)
         ensure_pod_cgroup_root()
         for component in self._components(bins):
             interrupts.check()

@@ -1,14 +1,16 @@
 """Start the node's programs as daemons, know whether they live, and stop them by PID.
 
-Every program is started into one cgroup of ours (in the `pids` hierarchy), so that
-the processes it forks (containerd's shims) are known too: `down` stops exactly the
-PIDs listed there, and never anything found by name. A record per program keeps its
-PID together with its kernel start time, so a recycled PID is never mistaken for it.
+Every program is started into one cgroup of ours (in the `pids` and `memory` v1
+hierarchies, or one cgroup of the unified hierarchy on a cgroup v2 host), so that the
+processes it forks (containerd's shims) are known too: `down` stops exactly the PIDs
+listed there, and never anything found by name. A record per program keeps its PID
+together with its kernel start time, so a recycled PID is never mistaken for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -16,6 +18,9 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .cgroup2 import UnifiedCgroup
+from .cgroup_layout import host_layout, unified_root
 
 CGROUP_CONTROLLERS = ("pids", "memory")
 
@@ -50,11 +55,29 @@ def _is_zombie(pid: int) -> bool:
 
 
 class Supervisor:
-    def __init__(self, pid_dir: Path, cgroup_name: str) -> None:
+    def __init__(
+        self,
+        pid_dir: Path,
+        cgroup_name: str,
+        cgroup_root: Path | None = None,
+        use_cgroup_kill: bool = True,
+    ) -> None:
+        """`cgroup_root`: a cgroup v2 directory to make our cgroup in (tests use a private mount);
+        None means the host's own: its unified hierarchy on a v2 host, else the v1 hierarchies."""
         self.pid_dir = pid_dir
         self.cgroup_name = cgroup_name
+        self._cgroup_root = cgroup_root
+        self._use_cgroup_kill = use_cgroup_kill
+
+    @functools.cached_property
+    def unified(self) -> UnifiedCgroup | None:
+        """Our cgroup when it is a v2 one; None on v1 and hybrid hosts (their controllers are v1)."""
+        root = self._cgroup_root or unified_root(host_layout())
+        return UnifiedCgroup(root / self.cgroup_name, self._use_cgroup_kill) if root else None
 
     def cgroup_dirs(self) -> list[Path]:
+        if self.unified:
+            return [self.unified.path]
         return [Path("/sys/fs/cgroup", c, self.cgroup_name) for c in CGROUP_CONTROLLERS]
 
     def _ensure_cgroups(self) -> None:
@@ -121,6 +144,8 @@ class Supervisor:
         (self.pid_dir / f"{name}.json").unlink(missing_ok=True)
 
     def cgroup_pids(self) -> list[int]:
+        if self.unified:
+            return self.unified.pids()
         pids: set[int] = set()
         for directory in self.cgroup_dirs():
             procs = directory / "cgroup.procs"
@@ -135,14 +160,23 @@ class Supervisor:
         for record in self.records():
             self.stop(record.name, grace)
         leftovers = self.cgroup_pids()
-        if leftovers:
+        # cgroup.kill also takes what is forked meanwhile; without it (v1, or a kernel before
+        # 5.14) the PIDs read are signalled.
+        if leftovers and not (self.unified and self.unified.kill(grace)):
             _terminate(leftovers, grace)
         survivors = self.cgroup_pids()
         if not survivors:
-            for directory in self.cgroup_dirs():
-                if directory.exists():
-                    directory.rmdir()
+            self._remove_cgroups()
         return survivors
+
+    def _remove_cgroups(self) -> None:
+        if self.unified:
+            # With no process left, only a cgroup made meanwhile could stay; the next `up` reuses it.
+            self.unified.remove()
+            return
+        for directory in self.cgroup_dirs():
+            if directory.exists():
+                directory.rmdir()
 
 
 def _terminate(pids: list[int], grace: float) -> None:
