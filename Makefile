@@ -9,6 +9,7 @@ PROVIDER    ?= local
 PROFILE     ?= default
 PYTEST_ARGS ?=
 RUN_ARGS    ?=
+KUBERAY_SOURCE ?=
 HOST_PACKAGES := runc containernetworking-plugins iptables iproute2 util-linux procps \
                  debootstrap buildah busybox-static gcc libc6-dev \
                  chromium chromium-driver
@@ -18,6 +19,7 @@ RUN_DIR     ?= reports/latest
 
 help:
 	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER) (writes reports/<run-id>/)"
+	@echo "                    KUBERAY_SOURCE=DIR: KubeRay built from that checkout, with its own chart"
 	@echo "make test           the harness's own tests: unit + end-to-end on the local provider"
 	@echo "make unit           unit tests only (no cluster, no root)"
 	@echo "make cluster-up     bring the local cluster up (builds what is missing)"
@@ -57,7 +59,7 @@ test: host-deps venv
 # The main job: exit 0 conformant, 1 conformance failures, 2 harness/environment errors, 3 usage.
 # kind and eks clusters need none of the local provider's host packages (and CI runners are not root).
 conformance: $(if $(filter local,$(PROVIDER)),host-deps) venv
-	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) $(RUN_ARGS)
+	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) $(if $(KUBERAY_SOURCE),--kuberay-source $(KUBERAY_SOURCE)) $(RUN_ARGS)
 
 cluster-up: host-deps venv
 	$(CLI) cluster up --provider local

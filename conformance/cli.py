@@ -153,6 +153,19 @@ def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> N
 @click.option("--keep-failed", is_flag=True, help="Keep the namespaces of failed checks for inspection.")
 @click.option("--keep-cluster", is_flag=True, help="Leave the cluster running after the run.")
 @click.option("--run-dir", default=None, help="Where results go (default: reports/<run-id>).")
+@click.option(
+    "--kuberay-source",
+    default=None,
+    metavar="DIR",
+    help="Test KubeRay built from this checkout of ray-project/kuberay (any tag, branch or commit; "
+    ".git optional), installed with its own helm-chart/kuberay-operator, or with kustomize from "
+    "ray-operator/config/default where it has no chart. Local provider.",
+)
+@click.option(
+    "--kuberay-version",
+    default=None,
+    help="The version of the --kuberay-source checkout, where its files do not say it (vX.Y.Z).",
+)
 def run_command(
     provider: str,
     profile: str,
@@ -165,6 +178,8 @@ def run_command(
     keep_failed: bool,
     keep_cluster: bool,
     run_dir: str | None,
+    kuberay_source: str | None,
+    kuberay_version: str | None,
 ) -> None:
     """Run the conformance suites and write reports/<run-id>/ (summary.json, junit.xml, allure-results/)."""
 
@@ -180,6 +195,8 @@ def run_command(
                 run_id="check",
                 kubeconfig=kubeconfig,
                 context=context,
+                kuberay_source=kuberay_source,
+                kuberay_version=kuberay_version,
             )
         ).check_input()
         target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
@@ -207,6 +224,8 @@ def run_command(
             ("--conformance-ray-version", ray_versions),
             ("--conformance-area", areas),
             ("--conformance-timeout", timeout_overrides),
+            ("--conformance-kuberay-source", (kuberay_source,) if kuberay_source else ()),
+            ("--conformance-kuberay-version", (kuberay_version,) if kuberay_version else ()),
         ):
             for value in values:
                 args += [option, value]

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client, config
 
 from conformance import capabilities
-from conformance.errors import ProvisioningError, UsageError
+from conformance.errors import HarnessError, ProvisioningError, UsageError
 from conformance.profiles import Profile
 from conformance.providers import get_provider
 from conformance.providers.base import Cluster, Provider
@@ -32,6 +32,14 @@ class RunOptions:
     keep_failed: bool = False
     keep_cluster: bool = False
     timeout_overrides: dict[str, float] = field(default_factory=dict)
+    # --kuberay-source: a KubeRay checkout to build and install its own way (install mode source).
+    kuberay_source: str | None = None
+    # --kuberay-version: the version under test when the checkout's files do not say it.
+    kuberay_version: str | None = None
+
+    @property
+    def kuberay_install(self) -> str:
+        return "source" if self.kuberay_source else self.profile.kuberay.install
 
     @property
     def timeouts(self) -> Timeouts:
@@ -64,6 +72,12 @@ class Environment:
         self.notes: list[str] = []
         # What the harness installed of a Helm-installed Gateway implementation (gateway_charts.Installed).
         self.gateway: Any = None
+        # What the install's own files promise (kuberay_chart.Promised), for the operator checks.
+        self.promised: Any = None
+        # --kuberay-source: the checkout, its provenance and its built image (source_install.SourceInstall).
+        self.source: Any = None
+        # How KubeRay came to the cluster, as the report's first screen says it.
+        self.kuberay_origin = ""
 
     def check_input(self) -> None:
         """Refuse combinations that cannot work, before anything is provisioned."""
@@ -86,12 +100,46 @@ class Environment:
             if self.options.profile.kuberay.install == "existing":
                 api = config.new_client_from_config(str(cluster.kubeconfig), context=cluster.context)
                 _require_kuberay_crds(api)
-        if self.options.profile.kuberay.install == "local-build" and not _builds_here(self.options.provider):
+        self._check_source()
+        if self.options.kuberay_install == "local-build" and not _builds_here(self.options.provider):
             raise UsageError(
                 f"profile {self.options.profile.name} builds KubeRay and Ray images on this machine, "
                 f"which provider {self.options.provider} cannot load",
                 "use a profile with kuberay.install: helm and public images (e.g. --profile kind)",
             )
+
+    def _check_source(self) -> None:
+        """--kuberay-source: everything that can refuse it, and the operator's build, before any
+        cluster is touched."""
+        options = self.options
+        if options.kuberay_install != "source":
+            if options.kuberay_version:
+                raise UsageError(
+                    "--kuberay-version names the version of a checkout", "use it with --kuberay-source DIR"
+                )
+            return
+        if not options.kuberay_source:
+            raise UsageError(
+                f"profile {options.profile.name} installs KubeRay from source but names no checkout",
+                "pass --kuberay-source DIR (a checkout of ray-project/kuberay)",
+            )
+        if not _builds_here(options.provider):
+            raise UsageError(
+                f"--kuberay-source builds the operator image on this machine, which provider "
+                f"{options.provider} cannot load",
+                "use the local provider, or install a released KubeRay (kuberay.install: helm)",
+            )
+        if self.source is None:
+            from conformance.install.source_install import SourceInstall  # noqa: PLC0415
+
+            self.source = SourceInstall(
+                path=options.kuberay_source,
+                namespace=options.profile.kuberay.namespace,
+                overrides=dict(options.profile.kuberay.feature_gates),
+                cache=self.provider.cache,  # type: ignore[attr-defined]
+                explicit_version=options.kuberay_version or "",
+            )
+            self.source.check()
 
     def prepare(self) -> None:
         self.check_input()
@@ -112,9 +160,25 @@ class Environment:
         )
 
     def _install_kuberay(self) -> None:
-        from conformance.install import kuberay  # noqa: PLC0415 - pulls in the local build machinery
+        from conformance.install import kuberay, kuberay_chart  # noqa: PLC0415 - the local build machinery
 
         settings = self.options.profile.kuberay
+        assert self.api is not None and self.cluster is not None
+        target = kuberay_chart.Target(self.cluster.kubeconfig, self.cluster.context)
+        if self.options.kuberay_install == "source":
+            spec, self.promised = self.source.install(
+                self.provider, self.api, target, self.options.timeouts.ready
+            )
+            self.operator_spec = spec
+            prov = self.source.provenance
+            self.operator = kuberay.with_version(
+                kuberay.observed_operator(self.api, settings.namespace),
+                prov.version,
+                self.promised.binary_gates,
+            )
+            self.kuberay_origin = prov.note()
+            self.notes.append(self.kuberay_origin)
+            return
         local = settings.install == "local-build"
         version = self._buildable_version(settings.version) if local else settings.version
         if settings.install == "existing":
@@ -123,17 +187,45 @@ class Environment:
             gates = {**kuberay.chart_feature_gates(version), **settings.feature_gates}
         spec = kuberay.OperatorSpec(version=version, namespace=settings.namespace, feature_gates=gates)
         self.operator_spec = spec
-        assert self.api is not None and self.cluster is not None
         if settings.install == "existing":
             self.operator_spec = _spec_of_running(self.api, settings.namespace)
             self.operator = kuberay.observed_operator(self.api, settings.namespace)
+            try:  # a version whose chart defaults the harness has recorded, and Go to read its CRDs
+                self.promised = kuberay_chart.promised_by_tables(self.operator_spec, settings.feature_gates)  # type: ignore[arg-type]
+            except HarnessError as exc:
+                self.notes.append(f"the operator's chart defaults and CRDs cannot be known here: {exc}")
             return
+        ready = self.options.timeouts.ready
         if local:
+            kuberay_chart.clear_other_installs(
+                target, self.api, settings.namespace, kuberay_chart.LOCAL_BUILD, ready
+            )
             kuberay.install_local(self.provider, self.api, spec)  # type: ignore[arg-type]
+            self.promised = kuberay_chart.promised_by_tables(spec, settings.feature_gates)
+            self.kuberay_origin = (
+                f"KubeRay {version} built from its Go module and installed from the harness's hand-made "
+                "imitation of its Helm chart (manifests/kuberay/operator.yaml): a module has no chart; "
+                "--kuberay-source DIR installs a checkout with its own"
+            )
         else:
-            kuberay.install_helm(self.cluster.kubeconfig, spec)
-        kuberay.wait_ready(self.api, spec, self.options.timeouts.ready)
+            source = kuberay_chart.ChartSource.repository(version)
+            kuberay_chart.install_chart(target, self.api, spec, source, ready)
+            self.promised = kuberay_chart.promised_by_repository(source, settings.feature_gates, version)
+            self.kuberay_origin = f"KubeRay {version} installed with Helm from chart {source.describe()}"
+        self.notes.append(self.kuberay_origin)
+        kuberay.wait_ready(self.api, spec, ready)
         self.operator = kuberay.observed_operator(self.api, settings.namespace)
+
+    def report_fields(self) -> dict[str, Any]:
+        """How KubeRay was installed and what its files promise, for summary.json's environment."""
+        fields: dict[str, Any] = {"kuberay_install": self.options.kuberay_install}
+        if self.kuberay_origin:
+            fields["kuberay_origin"] = self.kuberay_origin
+        if self.source is not None and self.source.provenance is not None:
+            fields["kuberay_source"] = self.source.provenance.as_json()
+        if self.promised is not None:
+            fields["kuberay_promised"] = self.promised.as_json()
+        return fields
 
     def _install_gateway(self) -> None:
         profile = self.options.profile
@@ -175,7 +267,7 @@ class Environment:
         return resolved.version
 
     def _provide_images(self) -> None:
-        if self.options.profile.kuberay.install != "local-build":
+        if self.options.kuberay_install not in ("local-build", "source"):
             return  # public images, pulled by the cluster
         from conformance.providers.local import images  # noqa: PLC0415
 

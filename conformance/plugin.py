@@ -55,6 +55,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-keep-cluster", action="store_true", help="leave the cluster running")
     group.addoption("--conformance-area", action="append", default=[], help="run only these areas")
     group.addoption(
+        "--conformance-kuberay-source",
+        default=None,
+        metavar="DIR",
+        help="build KubeRay from this checkout and install it with its own chart (or kustomize)",
+    )
+    group.addoption(
+        "--conformance-kuberay-version",
+        default=None,
+        help="the version of the --conformance-kuberay-source checkout, where its files do not say it",
+    )
+    group.addoption(
         "--conformance-timeout",
         action="append",
         default=[],
@@ -95,6 +106,8 @@ class ConformanceRun:
             keep_failed=config.getoption("--conformance-keep-failed"),
             keep_cluster=config.getoption("--conformance-keep-cluster"),
             timeout_overrides=overrides,
+            kuberay_source=config.getoption("--conformance-kuberay-source"),
+            kuberay_version=config.getoption("--conformance-kuberay-version"),
         )
         self.options.timeouts  # noqa: B018 - validates the overrides now, before anything runs
         self.environment = Environment(self.options)
@@ -185,6 +198,7 @@ class ConformanceRun:
             "kuberay_requested": self.options.profile.kuberay.version,
             "head_service_type": self.options.profile.head_service_type,
             "notes": list(self.environment.notes),
+            **self.environment.report_fields(),
         }
 
     def metrics_for(self, nodeid: str) -> dict[str, float]:

@@ -3,7 +3,6 @@
 from conformance.install.kuberay import (
     OperatorFacts,
     OperatorSpec,
-    install_helm,
     install_local,
     observed_operator,
     uninstall_local,
@@ -13,7 +12,6 @@ from conformance.install.kuberay import (
 __all__ = [
     "OperatorFacts",
     "OperatorSpec",
-    "install_helm",
     "install_local",
     "observed_operator",
     "uninstall_local",

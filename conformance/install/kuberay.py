@@ -22,8 +22,8 @@ image tag; the deployment template is the same in all three):
   operator binary is built from, so that objects and binary always match.
 
 `install_local` is for clusters without a registry (the local provider): the operator image is
-built here from the binary `gobuild` made and imported into the node. `install_helm` is for
-clusters that can pull from quay.io.
+built here from the binary `gobuild` made and imported into the node. The Helm chart itself
+(from a checkout or from the KubeRay Helm repository) is installed by `kuberay_chart`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from __future__ import annotations
 import json
 import re
 import string
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -174,6 +172,9 @@ class OperatorSpec:
     feature_gates: dict[str, bool] = field(default=None, hash=False)  # type: ignore[assignment]
     watch_namespaces: tuple[str, ...] = ()  # empty: every namespace
     leader_election: bool = True
+    # The gates the binary knows, when read from its source (a checkout's features.go); empty:
+    # those BINARY_FEATURE_GATES records for `version`.
+    known_gates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _VERSION.fullmatch(self.version):
@@ -186,12 +187,13 @@ class OperatorSpec:
         gates = chart_feature_gates(self.version) if self.feature_gates is None else dict(self.feature_gates)
         object.__setattr__(self, "feature_gates", gates)
         object.__setattr__(self, "watch_namespaces", tuple(self.watch_namespaces))
-        unknown = sorted(set(gates) - set(BINARY_FEATURE_GATES.get(self.version, gates)))
+        known = self.known_gates or tuple(BINARY_FEATURE_GATES.get(self.version, gates))
+        unknown = sorted(set(gates) - set(known))
         if unknown:
             # The operator would exit at start with "unrecognized feature gate".
             raise UsageError(
                 f"KubeRay {self.version} has no feature gate {', '.join(unknown)}",
-                f"use one of: {', '.join(sorted(BINARY_FEATURE_GATES[self.version]))}",
+                f"use one of: {', '.join(sorted(known))}",
             )
 
     def with_gates(self, **gates: bool) -> OperatorSpec:
@@ -231,18 +233,6 @@ def chart_args(spec: OperatorSpec) -> list[str]:
 
 def _semver(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
-
-
-def helm_values(spec: OperatorSpec) -> dict[str, Any]:
-    """The values that make the chart of `spec.version` render `chart_args(spec)`."""
-    values: dict[str, Any] = {
-        "image": {"tag": spec.version},
-        "leaderElectionEnabled": spec.leader_election,
-        "featureGates": [{"name": name, "enabled": on} for name, on in spec.feature_gates.items()],
-    }
-    if spec.watch_namespaces:
-        values["watchNamespace"] = list(spec.watch_namespaces)
-    return values
 
 
 # --- reading args back (pure) -------------------------------------------------------------
@@ -321,11 +311,15 @@ def effective_feature_gates(version: str, explicit: Mapping[str, bool]) -> dict[
 
 
 def version_from_image(image: str) -> str:
-    """`quay.io/kuberay/operator:v1.7.0` -> `v1.7.0`; "" when the tag is no version (or absent)."""
+    """`quay.io/kuberay/operator:v1.7.0` -> `v1.7.0`; "" when the tag is no version (or absent).
+
+    An image built from a checkout is tagged `<version>-src.<tree hash>` (kuberay_source.image_tag):
+    its version is the checkout's.
+    """
     reference = image.split("@", 1)[0]
     last = reference.rsplit("/", 1)[-1]
     _, sep, tag = last.partition(":")
-    match = _TAG_VERSION.fullmatch(tag) if sep else None
+    match = _TAG_VERSION.fullmatch(re.sub(r"-src\.[0-9a-f]+$", "", tag)) if sep else None
     return f"v{match.group(1)}" if match else ""
 
 
@@ -536,32 +530,6 @@ def install_local(provider: ImageLoader, api_client: client.ApiClient, spec: Ope
             _apply(dynamic, doc)
 
 
-def install_helm(kubeconfig: Path, spec: OperatorSpec, chart_version: str = "1.7.0") -> None:
-    """`helm upgrade --install` of the kuberay-operator chart, for clusters that can pull from quay.io.
-
-    Not tested on the local machine (no internet, no registry). Helm never upgrades what is in
-    a chart's crds/, so an upgrade must apply the new CRDs first (`apply_crds`).
-    """
-    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="kuberay-values-") as values:
-        json.dump(helm_values(spec), values)
-        values.flush()
-        argv = [
-            "helm", "upgrade", "--install", NAME, "kuberay-operator",
-            "--repo", HELM_REPO, "--version", chart_version,
-            "--namespace", spec.namespace, "--create-namespace",
-            "--kubeconfig", str(kubeconfig), "--values", values.name,
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        except FileNotFoundError as exc:
-            raise ProvisioningError("helm is not installed", "install Helm 3 and put `helm` on PATH") from exc
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ProvisioningError(
-            f"helm install of kuberay-operator {chart_version} failed: {last}", "see helm's output"
-        )
-
-
 # --- waiting and reading back ------------------------------------------------------------------
 
 
@@ -611,7 +579,8 @@ def _lease_held_now(lease: Any) -> bool:
 def _pod_problems(core: client.CoreV1Api, namespace: str) -> str:
     """Why operator pods are not ready, from their container states (for the error's cause)."""
     problems = []
-    for pod in core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR).items:
+    selector = _deployment_selector(client.AppsV1Api(core.api_client), namespace)
+    for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
         for status in pod.status.container_statuses or []:
             waiting = status.state.waiting if status.state else None
             if waiting:
@@ -642,10 +611,11 @@ def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float,
             namespace=spec.namespace,
             field_selector=f"metadata.name={NAME}",
         )
+        selector = _deployment_selector(apps, spec.namespace)  # the chart's labels, or kustomize's
         if spec.leader_election:
             wait_for(
                 client.CoordinationV1Api(api_client).list_namespaced_lease,
-                lambda lease: lease_held_by(lease, _operator_pods(core, spec.namespace, POD_SELECTOR, image)),
+                lambda lease: lease_held_by(lease, _operator_pods(core, spec.namespace, selector, image)),
                 what=f"lease {spec.namespace}/{LEASE_NAME} held",
                 timeout=max(1.0, deadline - _now_s()),
                 describe=lambda lease: f"holder {lease.spec.holder_identity or 'none'}",
@@ -716,7 +686,7 @@ def _find_operator(apps: client.AppsV1Api, namespace: str) -> tuple[Any, Any]:
                 return dep, container
     raise ProvisioningError(
         f"no KubeRay operator Deployment in namespace {namespace}",
-        "install it first (install_local or install_helm), or name the namespace it runs in",
+        "install it first (install_local or kuberay_chart.install_chart), or name the namespace it runs in",
     )
 
 
@@ -804,30 +774,9 @@ def uninstall_local(
     api_client: client.ApiClient, spec: OperatorSpec, *, remove_crds: bool = False, timeout: float = 120.0
 ) -> None:
     """Remove what `install_local` made; the CRDs only when asked (that deletes every Ray object)."""
-    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
-    rbac = client.RbacAuthorizationV1Api(api_client)
+    core = client.CoreV1Api(api_client)
     ns = spec.namespace
-    _delete(apps.delete_namespaced_deployment, NAME, ns, propagation_policy="Foreground")
-    try:
-        wait_gone(
-            core.list_namespaced_pod,
-            what="the operator pods",
-            timeout=timeout,
-            namespace=ns,
-            label_selector=POD_SELECTOR,
-        )
-    except WaitTimeout as exc:
-        raise ProvisioningError(
-            f"operator pods in {ns} were not removed: {exc.last_seen}", "see the node"
-        ) from exc
-    _delete(core.delete_namespaced_service, NAME, ns)
-    _delete(rbac.delete_namespaced_role_binding, LEADER_ELECTION_ROLE, ns)
-    _delete(rbac.delete_namespaced_role, LEADER_ELECTION_ROLE, ns)
-    # A stopped operator keeps its lease until it expires; the next install should not wait for that.
-    _delete(client.CoordinationV1Api(api_client).delete_namespaced_lease, LEASE_NAME, ns)
-    _delete(core.delete_namespaced_service_account, NAME, ns)
-    _delete(rbac.delete_cluster_role_binding, NAME)
-    _delete(rbac.delete_cluster_role, NAME)
+    remove_operator_objects(api_client, ns, timeout)
     if remove_crds:
         ext = client.ApiextensionsV1Api(api_client)
         for plural in RAY_KINDS:
@@ -854,6 +803,57 @@ def uninstall_local(
             ) from exc
 
 
+def remove_operator_objects(api_client: client.ApiClient, ns: str, timeout: float = 120.0) -> None:
+    """Delete the operator's Deployment (waiting for its pods), Service, RBAC, lease and
+    ServiceAccount by their names, which the hand-made objects and a kustomize deploy share;
+    the CRDs, the namespace and the Ray objects stay."""
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    selector = _deployment_selector(apps, ns)
+    _delete(apps.delete_namespaced_deployment, NAME, ns, propagation_policy="Foreground")
+    try:
+        wait_gone(
+            core.list_namespaced_pod,
+            what="the operator pods",
+            timeout=timeout,
+            namespace=ns,
+            label_selector=selector,
+        )
+    except WaitTimeout as exc:
+        raise ProvisioningError(
+            f"operator pods in {ns} were not removed: {exc.last_seen}", "see the node"
+        ) from exc
+    _delete(core.delete_namespaced_service, NAME, ns)
+    _delete(rbac.delete_namespaced_role_binding, LEADER_ELECTION_ROLE, ns)
+    _delete(rbac.delete_namespaced_role, LEADER_ELECTION_ROLE, ns)
+    # A stopped operator keeps its lease until it expires; the next install should not wait for that.
+    _delete(client.CoordinationV1Api(api_client).delete_namespaced_lease, LEASE_NAME, ns)
+    _delete(core.delete_namespaced_service_account, NAME, ns)
+    _delete(rbac.delete_cluster_role_binding, NAME)
+    _delete(rbac.delete_cluster_role, NAME)
+
+
+def operator_selector(api_client: client.ApiClient, ns: str) -> str:
+    return _deployment_selector(client.AppsV1Api(api_client), ns)
+
+
+def _deployment_selector(apps: client.AppsV1Api, ns: str) -> str:
+    """The selector of the operator Deployment's pods (the chart's, or kustomize's other labels)."""
+    try:
+        return _selector(apps.read_namespaced_deployment(NAME, ns))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    return POD_SELECTOR
+
+
 # The same applying and waiting serve the other installers (the Gateway API implementation).
 apply_object = _apply
 ensure_namespace = _ensure_namespace
+
+
+def with_version(facts: OperatorFacts, version: str, binary_gates: Mapping[str, bool]) -> OperatorFacts:
+    """`facts` of an operator whose version its image tag does not say plainly (a source build):
+    the version and binary defaults come from its source."""
+    effective = {**binary_gates, **facts.feature_gates}
+    return replace(facts, version=version, effective_feature_gates=effective)

@@ -3,9 +3,13 @@
 The order is the one KubeRay documents and its own e2eupgrade test follows: the CRDs of the
 target version first (Helm never upgrades a chart's crds/), then its ClusterRole and Role and
 the Deployment's image and arguments, after which its pod is recreated (strategy Recreate, as in
-the chart). Only for
-operators installed from an image built here (`kuberay.install: local-build`): the other
-version's image is built the same way, from the Go module proxy.
+the chart). Only for operators installed from an image built here (`local-build`, or `source`):
+the other version's image is built the same way, from the Go module proxy.
+
+With `--kuberay-source` the way up is the real one: the previous minor runs in the Deployment of
+the checkout's Helm release (its image, arguments, CRDs and RBAC, as `switch_to` puts them), then
+`helm_upgrade` applies the chart's crds/ server-side and runs `helm upgrade`, whose three-way
+merge brings every field back to what the checkout's chart renders.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def previous_spec(
     overrides the older binary knows (it exits on a gate it does not know)."""
     known = kuberay.BINARY_FEATURE_GATES.get(version, {})
     gates = {**kuberay.chart_feature_gates(version), **{g: on for g, on in overrides.items() if g in known}}
-    return replace(current, version=version, feature_gates=gates)
+    return replace(current, version=version, feature_gates=gates, known_gates=())
 
 
 def running(api: client.ApiClient, spec: kuberay.OperatorSpec) -> OperatorVersion:
@@ -94,3 +98,14 @@ def _patch(target: OperatorVersion) -> dict[str, Any]:
         "metadata": {"labels": {"app.kubernetes.io/version": target.spec.version}},
         "spec": {"template": {"spec": {"containers": [container]}}},
     }
+
+
+def helm_upgrade(
+    api: client.ApiClient, source: Any, loader: kuberay.ImageLoader, target: Any, timeout: float
+) -> float:
+    """Upgrade to the checkout (`source_install.SourceInstall`) as KubeRay's upgrade guide says:
+    the chart's CRDs server-side, then `helm upgrade`. Returns the seconds from the CRD apply to a
+    pod of the checkout's image holding the lease."""
+    started = time.monotonic()
+    source.install(loader, api, target, timeout)
+    return round(time.monotonic() - started, 2)

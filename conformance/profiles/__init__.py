@@ -28,6 +28,8 @@ class KubeRaySettings:
 
 
 HEAD_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+# source: built from the checkout --kuberay-source names, installed with its own chart (or kustomize).
+KUBERAY_INSTALLS = ("local-build", "helm", "existing", "source")
 # How the Gateway API implementation gets there (see conformance/install/gateway*.py).
 GATEWAY_INSTALLS = ("local-build", "istio", "envoy-gateway", "existing")
 
@@ -102,9 +104,9 @@ def parse(data: Any, source: Path) -> Profile:
     resources = reader.section("resources")
     gateway = reader.section("gateway")
     install = kuberay.text("install")
-    if install not in ("local-build", "helm", "existing"):
+    if install not in KUBERAY_INSTALLS:
         raise UsageError(
-            f"profile {source}: kuberay.install is {install!r}", "use local-build, helm or existing"
+            f"profile {source}: kuberay.install is {install!r}", f"use one of {', '.join(KUBERAY_INSTALLS)}"
         )
     pull_policy = images.text("pull_policy")
     if pull_policy not in ("Always", "IfNotPresent", "Never"):

@@ -159,6 +159,7 @@ def facts(summary: Summary) -> list[tuple[str, str]]:
         ("Kubernetes", summary.versions.get("kubernetes", "")),
         ("KubeRay", summary.versions.get("kuberay", "")),
         ("KubeRay asked for", str(env.get("kuberay_requested") or "")),
+        ("KubeRay from", str(env.get("kuberay_origin") or "")),
         ("Ray", summary.versions.get("ray", "")),
         ("Provider", summary.provider),
         ("Profile", summary.profile),

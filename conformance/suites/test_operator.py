@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -13,8 +13,8 @@ from kubernetes import client
 
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment
-from conformance.errors import HarnessError, ProvisioningError
-from conformance.install import crd_drift, kuberay, operator_upgrade, scoped_operator
+from conformance.errors import HarnessError
+from conformance.install import crd_drift, kuberay, kuberay_chart, operator_upgrade, scoped_operator
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.pods import is_serving, restarts
@@ -49,26 +49,34 @@ def test_raycronjob_crd_is_served_at_v1(conformance: Environment, api: client.Ap
     assert "v1" in served.get("raycronjobs", ()), f"raycronjobs.ray.io: {served.get('raycronjobs')}"
 
 
+def _promised(conformance: Environment) -> kuberay_chart.Promised:
+    if conformance.promised is None:
+        pytest.skip(
+            NOT_APPLICABLE + f"kuberay.install is {conformance.options.kuberay_install}: the harness "
+            "installed no chart and has none of its files to compare with"
+        )
+    return conformance.promised
+
+
 def test_feature_gates_match_the_chart_defaults(conformance: Environment, api: client.ApiClient) -> None:
+    """The gates the Deployment passes (as Helm, kustomize or the harness rendered it, read back)
+    over the binary's defaults, against the install source's defaults with the profile's overrides."""
+    promised = _promised(conformance)
     facts = _facts(conformance, api)
-    binary = kuberay.BINARY_FEATURE_GATES[facts.version]
-    expected = {
-        **binary,
-        **kuberay.chart_feature_gates(facts.version),
-        **conformance.options.profile.kuberay.feature_gates,
-    }
-    mismatched = {
-        gate: {"running": facts.effective_feature_gates.get(gate), "chart": want}
-        for gate, want in expected.items()
-        if facts.effective_feature_gates.get(gate) != want
-    }
-    assert not mismatched, f"feature gates differ from the {facts.version} chart defaults: {mismatched}"
+    running = kuberay_chart.running_gates(facts, promised.binary_gates)
+    mismatched = kuberay_chart.gate_mismatches(running, promised.feature_gates)
+    assert not mismatched, f"feature gates differ from {promised.origin}: {mismatched} (args: {facts.args})"
 
 
 def test_leader_election_is_on_and_the_lease_is_held(conformance: Environment, api: client.ApiClient) -> None:
+    promised = _promised(conformance)
     facts = _facts(conformance, api)
-    assert facts.leader_election, "the operator runs without leader election"
-    assert facts.lease_held, f"lease {kuberay.LEASE_NAME} is not held by a current operator pod"
+    assert facts.leader_election == promised.leader_election, (
+        f"the operator runs with leader election {'on' if facts.leader_election else 'off'}, "
+        f"{promised.origin} says {'on' if promised.leader_election else 'off'} (args: {facts.args})"
+    )
+    if promised.leader_election:
+        assert facts.lease_held, f"lease {kuberay.LEASE_NAME} is not held by a current operator pod"
 
 
 def test_operator_is_ready_and_recovers_after_its_pod_is_deleted(
@@ -299,21 +307,17 @@ def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
 
 def test_served_crds_match_the_operator_version(conformance: Environment, api: client.ApiClient) -> None:
     """A mismatch is a finding with the command that fixes it (Helm never upgrades CRDs)."""
+    promised = _promised(conformance)
     version = _facts(conformance, api).version
-    try:
-        bases = kuberay.module_dir(version) / "config" / "crd" / "bases"
-    except (ProvisioningError, OSError) as exc:  # no Go, or the proxy does not serve the version
-        pytest.skip(NOT_APPLICABLE + f"the CRDs of KubeRay {version} cannot be read here: {exc}")
-    expected = kuberay.crd_documents(bases)
     ext = client.ApiextensionsV1Api(api)
     served = {
         crd.metadata.name: kuberay.api_to_dict(crd)
         for crd in ext.list_custom_resource_definition().items
         if crd.spec.group == "ray.io"
     }
-    found = crd_drift.drift(served, expected)
+    found = crd_drift.drift(served, promised.crds)
     assert not found, (
-        f"the served Ray CRDs are not those of the operator {version}: {found}; "
+        f"the served Ray CRDs are not those of {promised.crds_origin} (KubeRay {version}): {found}; "
         f"fix: {crd_drift.fix_command(version)}"
     )
 
@@ -331,6 +335,7 @@ KEPT = "kept"
 class Upgrade:
     old: operator_upgrade.OperatorVersion  # running when the check starts
     new: operator_upgrade.OperatorVersion  # the version under test
+    perform: Callable[[], float]  # the upgrade itself; returns operator_upgrade_s
 
 
 @pytest.fixture
@@ -339,10 +344,11 @@ def previous_operator(
 ) -> Iterator[Upgrade]:
     """The shared operator, moved to the previous minor for one check; the version under test
     runs again afterwards, whatever happened."""
-    if profile.kuberay.install != "local-build":
+    install = conformance.options.kuberay_install
+    if install not in ("local-build", "source"):
         pytest.skip(
-            NOT_APPLICABLE + f"kuberay.install is {profile.kuberay.install}: the harness installs "
-            "an older operator only where it builds the operator itself (local-build)"
+            NOT_APPLICABLE + f"kuberay.install is {install}: the harness installs an older operator "
+            "only where it builds the operator itself (local-build, or --kuberay-source)"
         )
     spec: kuberay.OperatorSpec = conformance.operator_spec  # type: ignore[assignment]
     previous = operator_upgrade.previous_minor(spec.version)
@@ -357,11 +363,31 @@ def previous_operator(
         operator_upgrade.previous_spec(spec, previous, profile.kuberay.feature_gates),
         conformance.provider,  # type: ignore[arg-type]
     )
+    if install == "source":  # the checkout's chart, as a user upgrades: CRDs, then helm upgrade
+        assert conformance.cluster is not None
+        target = kuberay_chart.Target(conformance.cluster.kubeconfig, conformance.cluster.context)
+
+        def upgrade() -> float:
+            return operator_upgrade.helm_upgrade(
+                api, conformance.source, conformance.provider, target, timeouts.ready
+            )  # type: ignore[arg-type]
+
+        def restore() -> None:
+            if not operator_upgrade.is_running(api, current):
+                upgrade()
+    else:
+
+        def upgrade() -> float:
+            return operator_upgrade.switch_to(api, current, timeouts.ready)
+
+        def restore() -> None:
+            operator_upgrade.switch_to(api, current, timeouts.ready)
+
     try:
         operator_upgrade.switch_to(api, old, timeouts.ready)
-        yield Upgrade(old, current)
+        yield Upgrade(old, current, upgrade)
     finally:
-        operator_upgrade.switch_to(api, current, timeouts.ready)
+        restore()
 
 
 @pytest.mark.requires("gateway_api")
@@ -396,7 +422,7 @@ def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(
                 "run one conformance run at a time against a cluster",
             )
         new = previous_operator.new
-        metrics["operator_upgrade_s"] = operator_upgrade.switch_to(api, new, timeouts.ready)
+        metrics["operator_upgrade_s"] = previous_operator.perform()
         changed = holds_for(
             ray.core.list_namespaced_pod,
             lambda pod: before.get(pod.metadata.name) == _pod_state(pod),
@@ -434,7 +460,9 @@ def _ray_pods(ray: Ray) -> dict[str, tuple[str, int]]:
 def _names_in_operator_log(api: client.ApiClient, operator_namespace: str, namespace: str) -> bool | None:
     """True once the running operator's log names both objects of `namespace`, else None."""
     core = client.CoreV1Api(api)
-    pods = core.list_namespaced_pod(operator_namespace, label_selector=kuberay.POD_SELECTOR).items
+    pods = core.list_namespaced_pod(
+        operator_namespace, label_selector=kuberay.operator_selector(api, operator_namespace)
+    ).items
     logs = "".join(
         core.read_namespaced_pod_log(pod.metadata.name, operator_namespace)
         for pod in pods

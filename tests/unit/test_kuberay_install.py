@@ -131,17 +131,6 @@ def test_leader_election_off_and_no_gates() -> None:
     assert not any(arg.startswith("--feature-gates") for arg in args)
 
 
-def test_helm_values_render_the_same_gates_and_watch_namespaces() -> None:
-    spec = OperatorSpec(watch_namespaces=("a",), leader_election=False)
-    values = kuberay.helm_values(spec)
-    assert values["image"] == {"tag": "v1.7.0"}
-    assert values["leaderElectionEnabled"] is False
-    assert values["watchNamespace"] == ["a"]
-    assert values["featureGates"][0] == {"name": "RayClusterStatusConditions", "enabled": True}
-    assert len(values["featureGates"]) == 8
-    assert "watchNamespace" not in kuberay.helm_values(OperatorSpec())
-
-
 # --- reading args back ------------------------------------------------------------------------
 
 

@@ -200,31 +200,12 @@ def is_built(tool: GoTool, cache_dir: Path) -> bool:
 
 
 def ensure_built(tool: GoTool, cache_dir: Path) -> Path:
-    """Return the directory holding the tool's binaries, building them if the cache misses.
-
-    One builder at a time per tool and recipe: another process building the same entry is
-    waited for, and its result used.
-    """
+    """Return the directory holding the tool's binaries, building them if the cache misses."""
     bin_dir = cached_bin_dir(tool, cache_dir)
     if is_built(tool, cache_dir):
         return bin_dir
-    root = bin_dir.parent
-    with cache_entry_lock(root.with_name(root.name + ".lock")):
-        if not is_built(tool, cache_dir):  # nobody finished it while we waited
-            _build(tool, root)
-    return bin_dir
 
-
-def _build(tool: GoTool, root: Path) -> None:
-    staging = root.with_name(root.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / "bin").mkdir(parents=True)
-    env = go_env()
-    env["CGO_ENABLED"] = "1" if tool.cgo else "0"
-    env.update(tool.extra_env)
-    log = staging / "build.log"
-    started = time.monotonic()
-    with progress(f"building {tool.name} {tool.version} from the Go module proxy") as line:
+    def build(staging: Path, env: dict[str, str], log: Path, line: object) -> None:
         upstream = upstream_gomod(tool, env, staging)
         replaces = carried_replaces(upstream, tool.staging_version)
         gomod = build_module(tool, replaces, carried_excludes(upstream))
@@ -232,7 +213,7 @@ def _build(tool: GoTool, root: Path) -> None:
         write_local_modules(tool, staging)
         for index, package in enumerate(tool.packages, start=1):
             name = tool.binary_name(package)
-            line.update(f"{name}, {index}/{len(tool.packages)}")
+            line.update(f"{name}, {index}/{len(tool.packages)}")  # type: ignore[attr-defined]
             args = ["build", "-trimpath", "-o", str(staging / "bin" / name)]
             if tool.tags:
                 args += ["-tags", ",".join(tool.tags)]
@@ -245,10 +226,75 @@ def _build(tool: GoTool, root: Path) -> None:
                     f"building {name} ({tool.module}@{tool.version}) failed: {_last_line(exc.output)}",
                     f"see the full log in {log}",
                 ) from exc
-    record = {"version": tool.version, "build_seconds": round(time.monotonic() - started, 1)}
+
+    env = go_env()
+    env["CGO_ENABLED"] = "1" if tool.cgo else "0"
+    env.update(tool.extra_env)
+    what = f"building {tool.name} {tool.version} from the Go module proxy"
+    return _cached_build(bin_dir.parent, tool.version, env, what, build)
+
+
+def tree_key(name: str, content_sha256: str) -> str:
+    """The cache directory name of a build from a source tree: its content and the Go version."""
+    go_version = subprocess.run(
+        ["go", "env", "GOVERSION"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    blob = json.dumps({"tree": content_sha256, "go": go_version, "rev": RECIPE_REVISION}, sort_keys=True)
+    return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+
+
+def ensure_built_from_tree(
+    name: str, module_root: Path, content_sha256: str, binary: str, cache_dir: Path
+) -> Path:
+    """Build the main package at the root of the Go module in `module_root` (a checkout), with
+    its own go.mod and go.sum, read-only: a go.mod that needs changes is the checkout's error.
+    Cached by the tree's content, so an unchanged tree is never rebuilt."""
+    root = cache_dir / "go" / tree_key(name, content_sha256)
+    if (root / "complete").exists() and (root / "bin" / binary).exists():
+        return root / "bin"
+
+    def build(staging: Path, env: dict[str, str], log: Path, line: object) -> None:
+        line.update(binary)  # type: ignore[attr-defined]
+        args = ["build", "-trimpath", "-o", str(staging / "bin" / binary), "."]
+        try:
+            _run_go(args, module_root, env, log)
+        except subprocess.CalledProcessError as exc:
+            raise ProvisioningError(
+                f"go build in {module_root} failed: {_last_line(exc.output)}", f"see the full log in {log}"
+            ) from exc
+
+    env = go_env()
+    # Never write into the checkout: a go.mod or go.sum that go would have to change is refused.
+    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
+    env["CGO_ENABLED"] = "0"  # a static binary for the single-binary image
+    return _cached_build(root, content_sha256[:12], env, f"building {name} from {module_root}", build)
+
+
+def _cached_build(root: Path, version: str, env: dict[str, str], what: str, build: object) -> Path:
+    """Run `build(staging, env, log, progress_line)` into a fresh staging folder, then move it to `root`.
+
+    Under a lock: two runs (or two test sessions) on one machine must not build into, and remove,
+    the same staging folder; the second finds the first one's result.
+    """
+    with cache_entry_lock(root.with_name(root.name + ".lock")):
+        if (root / "complete").exists():
+            return root / "bin"
+        return _build_unlocked(root, version, env, what, build)
+
+
+def _build_unlocked(root: Path, version: str, env: dict[str, str], what: str, build: object) -> Path:
+    staging = root.with_name(root.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "bin").mkdir(parents=True)
+    log = staging / "build.log"
+    started = time.monotonic()
+    with progress(what) as line:
+        build(staging, env, log, line)  # type: ignore[operator]
+    record = {"version": version, "build_seconds": round(time.monotonic() - started, 1)}
     (staging / "complete").write_text(json.dumps(record) + "\n")
     shutil.rmtree(root, ignore_errors=True)
     staging.rename(root)
+    return root / "bin"
 
 
 def _last_line(output: str | None) -> str:

@@ -31,6 +31,11 @@ VEGETA = "v12.13.0"
 # The dynamic hostPath provisioner behind the local provider's default StorageClass.
 LOCAL_PATH_PROVISIONER = "v0.0.30"
 DEBIAN_SUITE = "bookworm"
+# Helm installs KubeRay from a checkout's own chart (and from its repository on kind/EKS);
+# kustomize deploys a checkout without helm-chart/ as KubeRay's `make deploy` does. Neither
+# go.mod has replace directives. kustomize v5.8.3 needs Go 1.27, newer than the local one.
+HELM = "v3.22.0"
+KUSTOMIZE = "v5.8.2"
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,22 @@ TOOLS: dict[str, GoTool] = {
         go_directive="1.23.0",
         ldflags=(f"-X main.VERSION={LOCAL_PATH_PROVISIONER}",),
     ),
+    "helm": GoTool(
+        name="helm",
+        module="helm.sh/helm/v3",
+        version=HELM,
+        packages=("helm.sh/helm/v3/cmd/helm",),
+        go_directive="1.26.0",
+        ldflags=(f"-X helm.sh/helm/v3/internal/version.version={HELM}",),
+    ),
+    "kustomize": GoTool(
+        name="kustomize",
+        module="sigs.k8s.io/kustomize/kustomize/v5",
+        version=KUSTOMIZE,
+        # The module root is the main package.
+        packages=("sigs.k8s.io/kustomize/kustomize/v5",),
+        go_directive="1.26.0",
+    ),
 }
 
 # A binary is named after the last path element of its package, except where that is a
@@ -185,4 +206,5 @@ BINARY_NAMES = {
     "github.com/ray-project/kuberay/ray-operator": "kuberay-operator",
     "github.com/tsenart/vegeta/v12": "vegeta",
     "github.com/rancher/local-path-provisioner": "local-path-provisioner",
+    "sigs.k8s.io/kustomize/kustomize/v5": "kustomize",
 }

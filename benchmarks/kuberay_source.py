@@ -1,0 +1,166 @@
+"""The conformance suites on KubeRay built from a checkout, one area per run: outcomes and wall time.
+
+    python benchmarks/kuberay_source.py --source /tmp/kuberay-1.7.0 --area operator --area upgrade \\
+        --lock /tmp/krc/cluster.lock
+    python benchmarks/kuberay_source.py --from reports/src-operator --from reports/src-upgrade
+
+Each area is its own `kuberay-conformance run --kuberay-source DIR --area A --keep-cluster` (under
+`flock LOCK` when given, taken and released per area, so a shared cluster is not held for the
+whole series). Results accumulate in benchmarks/results/kuberay-source.json (a later run of an
+area replaces the earlier one) and the section "KubeRay <version> from source" of
+benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.local_provider import machine, replace_section  # noqa: E402
+
+CLI = ROOT / ".venv" / "bin" / "kuberay-conformance"
+RESULTS = ROOT / "benchmarks" / "results" / "kuberay-source.json"
+OUTCOMES = ("passed", "failed", "error", "not_applicable", "skipped")
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    recorded = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"areas": {}}
+    if args.run_dirs:
+        entries = [entry(Path(d), None, "", args.k) for d in args.run_dirs]
+    else:
+        entries = [_run(args.source, area, args.k, args.lock) for area in args.area]
+    for found in entries:
+        key = found["area"] + (f" -k {found['selection']}" if found["selection"] else "")
+        recorded["areas"][key] = found
+    recorded["machine"] = machine()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(recorded, indent=2) + "\n")
+    replace_section("kuberay-source", render(recorded))
+    print(json.dumps(entries, indent=2))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", help="the KubeRay checkout (--kuberay-source)")
+    parser.add_argument("--area", action="append", default=[], help="an area, one run each (repeatable)")
+    parser.add_argument("-k", default="", help="only checks matching this pytest -k expression")
+    parser.add_argument("--lock", default="", help="flock this file around each run (a shared cluster)")
+    parser.add_argument("--from", dest="run_dirs", action="append", default=[], help="record an earlier run")
+    return parser
+
+
+def _run(source: str, area: str, k: str, lock: str) -> dict:
+    run_dir = ROOT / "reports" / f"src-{area}-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}"
+    command = [str(CLI), "run", "--kuberay-source", source, "--area", area, "--keep-cluster"]
+    command += ["--run-dir", str(run_dir), *(["-k", k] if k else [])]
+    shown = ["kuberay-conformance", *command[1:]]
+    if lock:
+        command = ["flock", lock, *command]
+        shown = ["flock", lock, *shown]
+    started = time.monotonic()
+    subprocess.run(command, cwd=ROOT, check=False)
+    return entry(run_dir, round(time.monotonic() - started, 1), shlex.join(shown), k)
+
+
+def entry(run_dir: Path, wall_s: float | None, command: str, k: str = "") -> dict:
+    """One area's run: counts by outcome, its wall time, and each check that did not pass."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (area,) = summary["areas"] or {"?": {}}
+    counts = {outcome: 0 for outcome in OUTCOMES}
+    for test in summary["tests"]:
+        counts[test["outcome"]] += 1
+    env = summary.get("environment", {})
+    return {
+        "area": area,
+        "selection": k,  # a -k expression: only some checks of the area ran
+        "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
+        "date": summary["started"][:10],
+        "command": command,
+        "wall_s": wall_s if wall_s is not None else _seconds(summary),
+        "prepare_s": env.get("prepare_s"),
+        "verdict": _verdict(counts),
+        "counts": counts,
+        "versions": summary["versions"],
+        "source": env.get("kuberay_source", {}),
+        "not_passed": [
+            {
+                "check": t["id"].rsplit("::", 1)[-1],
+                "outcome": t["outcome"],
+                "reason": t.get("reason", "")[:300],
+            }
+            for t in summary["tests"]
+            if t["outcome"] not in ("passed",)
+        ],
+    }
+
+
+def _seconds(summary: dict) -> float | None:
+    try:
+        started = datetime.datetime.fromisoformat(summary["started"])
+        finished = datetime.datetime.fromisoformat(summary["finished"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return round((finished - started).total_seconds(), 1)
+
+
+def _verdict(counts: dict[str, int]) -> str:
+    if counts["error"]:
+        return "harness errors"
+    return "not conformant" if counts["failed"] else "conformant"
+
+
+def _selection(found: dict) -> str:
+    return f" (`-k {found['selection']}`)" if found.get("selection") else ""
+
+
+def render(recorded: dict) -> str:
+    areas = list(recorded["areas"].values())
+    first = areas[0] if areas else {"versions": {}, "source": {}}
+    version = first["versions"].get("kuberay", "?")
+    ref = first["source"].get("ref", "?")
+    rows = [
+        f"| `{a['area']}`{_selection(a)} | {a['verdict']} | {a['counts']['passed']} | "
+        f"{a['counts']['failed']} | {a['counts']['error']} | {a['counts']['not_applicable']} | "
+        f"{a['wall_s']} | {a['date']} |"
+        for a in areas
+    ]
+    findings = [
+        f"- `{a['area']}` {n['check']}: **{n['outcome']}**: {n['reason']}"
+        for a in areas
+        for n in a["not_passed"]
+    ]
+    commands = [f"    {a['command']}" for a in areas if a.get("command")]
+    return f"""## KubeRay {version} from source
+
+Measured on {recorded["machine"]} by `benchmarks/kuberay_source.py`: each area one
+`kuberay-conformance run --kuberay-source DIR --area AREA --keep-cluster` on the local provider
+(default profile), the checkout built and installed with its own Helm chart; built from source
+at {ref}; kubernetes {first["versions"].get("kubernetes", "?")}, ray {first["versions"].get("ray", "?")}.
+Wall time is the whole run (environment preparation included).
+
+| area | verdict | passed | failed | error | n/a | wall s | date |
+|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Checks that did not pass (outcome: reason):
+
+{chr(10).join(findings) or "- none"}
+
+Commands:
+
+{chr(10).join(commands) or "    (recorded from earlier runs)"}
+"""
+
+
+if __name__ == "__main__":
+    main()
