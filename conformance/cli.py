@@ -236,6 +236,32 @@ def run_command(
     guarded(action)
 
 
+@main.group("profile")
+def profile_group() -> None:
+    """Validate profiles and print their JSON Schema (for editors and CI)."""
+
+
+@profile_group.command("check")
+@click.argument("file")
+def profile_check(file: str) -> None:
+    """Validate a profile (a path or a bundled name): exit 0 valid, 3 with every problem listed."""
+
+    def action() -> int:
+        loaded = profiles.load(file)
+        click.echo(f"profile {loaded.source} is valid ({loaded.name})")
+        return 0
+
+    guarded(action)
+
+
+@profile_group.command("schema")
+def profile_schema() -> None:
+    """Print the profiles' JSON Schema (the file conformance/profiles/profile.schema.json)."""
+    from conformance.profiles import schema  # noqa: PLC0415
+
+    click.echo(schema.json_schema(), nl=False)
+
+
 @main.command("report")
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
