@@ -6,8 +6,11 @@ Exit codes: 0 conformant (or the command succeeded), 1 conformance failures,
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -30,7 +33,9 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def guarded(action: Callable[[], int | None]) -> None:
-    """Run a command, turning harness errors and interrupts into a one-line message and exit code."""
+    """Run a command, turning every exception into a one-line message and the contract's exit code:
+    harness errors their own (2 or 3), interrupts 2, and anything unexpected 2 with the traceback
+    in a file (a bug of the harness is never exit 1, which means "not conformant")."""
     interrupts.install()
     try:
         code = action()
@@ -38,7 +43,34 @@ def guarded(action: Callable[[], int | None]) -> None:
         _fail(exc.one_line(), exc.exit_code)
     except (KeyboardInterrupt, interrupts.Interrupted) as exc:
         _fail(f"interrupted ({exc or 'SIGINT'}); what this command created was cleaned up", EXIT_ENVIRONMENT)
+    except click.ClickException:
+        raise  # usage errors of click's own, exit 3 in run()
+    except Exception as exc:  # noqa: BLE001 - the outermost layer: the contract holds for every exception
+        _unexpected(exc)
     sys.exit(code or 0)
+
+
+def _unexpected(exc: BaseException) -> NoReturn:
+    """Exit 2 with the cause in one line and the whole traceback in a file."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    written = _write_traceback(exc)
+    _fail(
+        f"internal error: {type(exc).__name__}: {first} (a harness bug or an environment problem; "
+        f"traceback in {written})",
+        EXIT_ENVIRONMENT,
+    )
+
+
+def _write_traceback(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    try:
+        handle, name = tempfile.mkstemp(prefix="kuberay-conformance-", suffix=".traceback")
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+    except OSError:
+        sys.stderr.write(text)
+        return "the lines above"
+    return name
 
 
 provider_option = click.option(
@@ -299,6 +331,10 @@ def run() -> None:
         _fail(exc.format_message(), EXIT_USAGE)
     except click.Abort:
         _fail("interrupted", EXIT_ENVIRONMENT)
+    except click.ClickException as exc:  # e.g. a file argument that cannot be opened
+        _fail(exc.format_message(), EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 - outside any command (option parsing, imports)
+        _unexpected(exc)
 
 
 if __name__ == "__main__":

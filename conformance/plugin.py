@@ -71,7 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     provider = config.getoption("--conformance-provider", default=None)
     if provider:
-        run = ConformanceRun(config, provider)
+        try:
+            run = ConformanceRun(config, provider)
+        except HarnessError as exc:  # bad input under plain pytest: a usage error, not an INTERNALERROR
+            raise pytest.UsageError(f"kuberay-conformance: {exc.one_line()}") from None
         config.stash[RUN_KEY] = run
         config.pluginmanager.register(run, "kuberay-conformance-run")
         progress.route_lines_to(_terminal_line_writer(config))
