@@ -41,7 +41,8 @@ def test_an_unexpected_exception_is_exit_2_with_one_line_and_the_traceback_in_a_
 
 
 @pytest.mark.parametrize(
-    ("error", "code"), [(UsageError("bad", "fix it"), EXIT_USAGE), (ProvisioningError("down"), EXIT_ENVIRONMENT)]
+    ("error", "code"),
+    [(UsageError("bad", "fix it"), EXIT_USAGE), (ProvisioningError("down"), EXIT_ENVIRONMENT)],
 )
 def test_harness_errors_keep_their_own_codes(capsys, error: Exception, code: int) -> None:
     def action() -> int:
