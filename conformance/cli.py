@@ -153,11 +153,19 @@ def cluster_status(provider: str, kubeconfig: str | None, context: str | None) -
 @kubeconfig_option
 @context_option
 def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> None:
-    """Print the exports a shell needs: eval "$(kuberay-conformance cluster env)"."""
+    """Print the exports a shell needs: eval "$(kuberay-conformance cluster env)".
+
+    With --context: HELM_KUBECONTEXT for helm, and an alias that gives kubectl the same context
+    (kubectl reads no context variable)."""
 
     def action() -> int:
-        for key, value in get_provider(provider, kubeconfig=kubeconfig, context=context).env().items():
+        env = get_provider(provider, kubeconfig=kubeconfig, context=context).env()
+        for key, value in env.items():
             click.echo(f"export {key}={shlex.quote(value)}")
+        if "HELM_KUBECONTEXT" in env:
+            click.echo(
+                f"alias kubectl={shlex.quote('kubectl --context ' + shlex.quote(env['HELM_KUBECONTEXT']))}"
+            )
         return 0
 
     guarded(action)

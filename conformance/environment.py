@@ -143,7 +143,7 @@ class Environment:
 
             # Recorded before anything is made: teardown undoes a half-done install too.
             self.gateway = gateway_charts.begin(
-                profile.gateway_install, profile.gateway_class, self.cluster.kubeconfig
+                profile.gateway_install, profile.gateway_class, self.cluster.target
             )
             gateway_charts.install(self.api, self.gateway, self.options.timeouts.ready)
             self.notes += [self.gateway.note(), *self.gateway.notes]

@@ -12,6 +12,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from conformance.errors import UsageError
+from conformance.kube.target import KubeTarget
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
 
@@ -58,4 +59,4 @@ class ExistingProvider:
         )
 
     def env(self) -> dict[str, str]:
-        return {"KUBECONFIG": str(self.kubeconfig)}
+        return KubeTarget(self.kubeconfig, self.context).shell_env()

@@ -81,3 +81,23 @@ def test_a_bad_profile_under_plain_pytest_is_a_usage_error(tmp_path: Path) -> No
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
     assert "INTERNALERROR" not in result.stdout + result.stderr
     assert "ERROR: kuberay-conformance: profile" in result.stderr
+
+
+def test_cluster_env_exports_the_context_for_helm_and_kubectl(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    result = _cli(
+        "cluster", "env", "--provider", "existing", "--kubeconfig", str(kubeconfig), "--context", "b c"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"export KUBECONFIG={kubeconfig}",
+        "export HELM_KUBECONTEXT='b c'",
+        """alias kubectl='kubectl --context '"'"'b c'"'"''""",
+    ]
+    (tmp_path / "env.sh").write_text(result.stdout)
+    bash = subprocess.run(
+        ["bash", "-c", f'eval "$(cat {tmp_path}/env.sh)"; echo "$HELM_KUBECONTEXT"; '
+         'eval "set -- ${BASH_ALIASES[kubectl]}"; printf "%s\\n" "$@"'],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert bash.stdout.splitlines() == ["b c", "kubectl", "--context", "b c"]
