@@ -188,7 +188,7 @@ def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> N
     "timeout_overrides",
     multiple=True,
     metavar="KIND=SECONDS",
-    help="Override a timeout kind: apply, ready, scale, cleanup, upgrade.",
+    help="Override a timeout kind: apply, ready, scale, cleanup, upgrade, check (the hard cap per check).",
 )
 @click.option("--keep-failed", is_flag=True, help="Keep the namespaces of failed checks for inspection.")
 @click.option("--keep-cluster", is_flag=True, help="Leave the cluster running after the run.")

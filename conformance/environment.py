@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
 from conformance import capabilities
 from conformance.errors import ProvisioningError, UsageError
+from conformance.kube.target import api_client
 from conformance.profiles import Profile
 from conformance.providers import get_provider
 from conformance.providers.base import Cluster, Provider
@@ -84,7 +85,7 @@ class Environment:
         if self.options.provider == "existing":
             cluster = self.provider.up()  # creates nothing: checks that the cluster answers
             if self.options.profile.kuberay.install == "existing":
-                api = config.new_client_from_config(str(cluster.kubeconfig), context=cluster.context)
+                api = api_client(cluster.target)
                 _require_kuberay_crds(api)
         if self.options.profile.kuberay.install == "local-build" and not _builds_here(self.options.provider):
             raise UsageError(
@@ -98,7 +99,7 @@ class Environment:
         existed = self.provider.status().exists
         self.cluster = self.provider.up()
         self._made_cluster = not existed
-        self.api = config.new_client_from_config(str(self.cluster.kubeconfig), context=self.cluster.context)
+        self.api = api_client(self.cluster.target)
         self._install_kuberay()
         self._install_gateway()
         self._provide_images()

@@ -59,7 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="KIND=SECONDS",
-        help="override a timeout kind (apply, ready, scale, cleanup, upgrade)",
+        help="override a timeout kind (apply, ready, scale, cleanup, upgrade, check)",
     )
 
 
@@ -135,8 +135,11 @@ class ConformanceRun:
             deselected = [item for item in items if _area(item) not in wanted]
             items[:] = [item for item in items if _area(item) in wanted]
             config.hook.pytest_deselected(items=deselected)
+        cap = self.options.timeouts.check
         for item in items:
             area = _area(item)
+            if item.get_closest_marker("timeout") is None:  # pytest-timeout: a hang becomes an error
+                item.add_marker(pytest.mark.timeout(cap, method="signal"))
             item.add_marker(allure.epic(area))
             item.add_marker(allure.feature(item.module.__name__.rsplit(".", 1)[-1] if item.module else area))
             item.add_marker(allure.story(item.originalname if hasattr(item, "originalname") else item.name))

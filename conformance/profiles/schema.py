@@ -61,6 +61,7 @@ class TimeoutsSection(Section):
     scale: Seconds = Timeouts.scale
     cleanup: Seconds = Timeouts.cleanup
     upgrade: Seconds = Timeouts.upgrade
+    check: Seconds = Field(Timeouts.check, description="hard cap on one check (pytest-timeout)")
 
 
 class Thresholds(Section):

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.config.config_exception import ConfigException
 
 from conformance.errors import UsageError
-from conformance.kube.target import KubeTarget
+from conformance.kube.target import KubeTarget, api_client
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
 
@@ -30,7 +30,7 @@ class ExistingProvider:
                 f"kubeconfig {self.kubeconfig} does not exist", "pass --kubeconfig PATH or set KUBECONFIG"
             )
         try:
-            api = config.new_client_from_config(str(self.kubeconfig), context=self.context)
+            api = api_client(KubeTarget(self.kubeconfig, self.context))
         except ConfigException as exc:
             raise UsageError(f"kubeconfig {self.kubeconfig} is unusable: {exc}", "check --context") from exc
         try:

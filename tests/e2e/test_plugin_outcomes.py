@@ -152,3 +152,44 @@ def test_sigterm_mid_check_still_writes_an_incomplete_summary_and_cleans_up(
     assert summary["verdict"] == "incomplete"
     assert _run_namespaces(local_cluster, run_dir.name) == []
     assert os.path.islink(run_dir.parent / "latest")
+
+
+STUCK = """
+import time
+import pytest
+from kubernetes import client
+
+pytestmark = pytest.mark.area("rayjob")
+
+
+def test_hangs_outside_any_wait(api, namespace):
+    client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": "evidence"}})
+    while True:  # a hang no typed wait bounds: only the hard cap per check ends it
+        time.sleep(1)  # poll-interval: stands for code stuck in a call
+
+
+def test_after_it_still_runs():
+    pass
+"""
+
+
+def test_the_hard_cap_per_check_turns_a_hang_into_an_error_with_diagnostics(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [*_pytest(_write_suite(tmp_path, STUCK), run_dir), "--conformance-timeout", "check=20"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    by_name = {t["id"].rsplit("::", 1)[-1]: t for t in summary["tests"]}
+    hung = by_name["test_hangs_outside_any_wait"]
+    assert hung["outcome"] == "error", done.stdout[-2000:]
+    assert "Timeout" in hung["reason"] and "20" in hung["reason"]
+    assert by_name["test_after_it_still_runs"]["outcome"] == "passed"
+    bundle = next((run_dir / "diagnostics").glob("*hangs-outside*"))
+    assert (bundle / "events.txt").exists()
+    assert _run_namespaces(local_cluster, run_dir.name) == []
