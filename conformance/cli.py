@@ -19,7 +19,7 @@ import click
 import pytest
 
 from conformance import interrupts, profiles
-from conformance.environment import Environment, RunOptions
+from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.providers import PROVIDERS, get_provider
 from conformance.report import summary
@@ -212,6 +212,9 @@ def run_command(
         loaded = profiles.load(profile)  # bad input is refused here, before anything is provisioned
         overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
         loaded.timeouts.with_overrides(overrides)
+        loaded.check_ray_versions(ray_versions)
+        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
+        check_run_dir(target)
         Environment(
             RunOptions(
                 provider=provider,
@@ -222,7 +225,6 @@ def run_command(
                 context=context,
             )
         ).check_input()
-        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
         # The repository as rootdir, so check ids read conformance/suites/test_x.py::name.
         rootdir = Path(__file__).resolve().parent.parent
         args = [
@@ -272,6 +274,32 @@ def run_command(
         result = summary.load(summary_path)
         click.echo(f"verdict: {result.verdict()}; report: {(target / 'index.html').resolve()}")
         return result.exit_code()
+
+    guarded(action)
+
+
+@main.command("list")
+@click.option(
+    "--profile", default="default", show_default=True, help="Profile name or path (its Ray versions)."
+)
+@click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Only these areas.")
+@click.option("--ray-version", "ray_versions", multiple=True, help="Ray version(s) (default: the profile's).")
+@click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
+def list_command(
+    profile: str, areas: tuple[str, ...], ray_versions: tuple[str, ...], keyword: str | None
+) -> None:
+    """Print the checks with their areas, preconditions (requires), kuberay issues and markers.
+
+    Touches no cluster and writes nothing (a pytest --collect-only of the suites)."""
+
+    def action() -> int:
+        from conformance import listing  # noqa: PLC0415 - only this command needs it
+
+        loaded = profiles.load(profile)  # a bad profile is a one-line usage error, as for run
+        loaded.check_ray_versions(ray_versions)
+        for line in listing.lines(listing.collect(profile, areas, ray_versions, keyword)):
+            click.echo(line)
+        return 0
 
     guarded(action)
 

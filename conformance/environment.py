@@ -6,6 +6,7 @@ capabilities detected. Any failure here is the environment's, and is reported as
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ class Environment:
     def check_input(self) -> None:
         """Refuse combinations that cannot work, before anything is provisioned."""
         profile = self.options.profile
+        profile.check_ray_versions(self.options.versions_to_test)
         if profile.gateway_install in ("istio", "envoy-gateway"):
             from conformance.install import gateway_charts  # noqa: PLC0415
 
@@ -216,6 +218,26 @@ class Environment:
         from conformance.install import gateway_charts  # noqa: PLC0415
 
         return gateway_charts.uninstall(self.api, self.gateway, self.options.timeouts.cleanup)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run folder that cannot be written, before anything is provisioned; creates nothing.
+
+    The nearest existing folder on the way must take a file (tried with a temporary one, since
+    root passes every permission check but not a read-only mount or a file in the path)."""
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(existing))
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"run directory {run_dir} cannot be written ({exc.strerror}: {exc.filename or existing})",
+            "pass --run-dir with a folder you may write to",
+        ) from None
 
 
 def _builds_here(provider: str) -> bool:

@@ -28,7 +28,7 @@ from kubernetes import client
 
 from conformance import profiles, progress
 from conformance.capabilities import Capabilities
-from conformance.environment import Environment, RunOptions
+from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import HarnessError
 from conformance.kube import diagnostics
 from conformance.report import build as report_build
@@ -100,6 +100,7 @@ class ConformanceRun:
             timeout_overrides=overrides,
         )
         self.options.timeouts  # noqa: B018 - validates the overrides now, before anything runs
+        check_run_dir(self.options.run_dir)
         self.environment = Environment(self.options)
         self.summary = Summary(
             run_id=self.options.run_id,
@@ -119,6 +120,7 @@ class ConformanceRun:
         # run may hold one. Value -> the check that registered it.
         self.secrets: dict[str, str] = {}
         self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        self.collect_only = bool(config.option.collectonly)
 
     # -- collection -------------------------------------------------------------------
 
@@ -150,8 +152,8 @@ class ConformanceRun:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Prepare before the first check, so no check's duration includes the bring-up."""
-        if not session.items:
-            return
+        if not session.items or self.collect_only:
+            return  # --collect-only lists checks; it must never make a cluster (on EKS, a paid one)
         started = time.monotonic()
         with contextlib.suppress(Exception):  # recorded; every check then errors with the cause
             self.ensure_prepared()
@@ -288,6 +290,9 @@ class ConformanceRun:
 
     @pytest.hookimpl(trylast=True)  # after junitxml has written junit.xml, which is searched too
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.collect_only:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            return  # nothing ran and nothing was made: no results, no teardown
         interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
         for nodeid, result in self.results.items():
             result.metrics = dict(self._metrics.get(nodeid, result.metrics))
@@ -343,6 +348,8 @@ class ConformanceRun:
             return
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.collect_only:
+            return
         terminalreporter.section("kuberay conformance")
         built = self.built or report_build.Built(self.summary, self.options.run_dir / report_build.INDEX)
         for line in report_terminal.lines(built, width=shutil.get_terminal_size().columns):

@@ -90,7 +90,7 @@ class Profile:
             if not _IMAGE_REF.match(image):
                 raise UsageError(
                     f"Ray version {version!r} makes the image {image!r} from images.ray of profile "
-                    f"{self.name}, which is no valid image reference",
+                    f"{self.name}, which is not a valid image reference",
                     'give a Ray version such as 2.58.0 (letters, digits, "." and "-" only)',
                 )
 
