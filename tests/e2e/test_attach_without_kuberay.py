@@ -29,7 +29,6 @@ from conformance.providers.local import components
 from conformance.providers.local.provider import LocalProvider
 
 
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
