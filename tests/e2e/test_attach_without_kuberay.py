@@ -39,6 +39,7 @@ def test_attach_to_a_cluster_without_kuberay_crds_is_refused_before_anything_run
          "--kubeconfig", str(kubeconfig), "--profile", "attach", "--run-dir", str(workdir / "run")],
         capture_output=True, text=True, check=False, cwd=workdir, timeout=300,
     )  # fmt: skip
+    print(done.stderr)  # the line the user saw, for the record (-rA shows it)
     assert done.returncode == 3, done.stderr
     assert f"no KubeRay CRDs ({', '.join(RAY_CRDS)} missing)" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
