@@ -6,8 +6,11 @@ Exit codes: 0 conformant (or the command succeeded), 1 conformance failures,
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -16,7 +19,7 @@ import click
 import pytest
 
 from conformance import interrupts, profiles
-from conformance.environment import Environment, RunOptions
+from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.providers import PROVIDERS, get_provider
 from conformance.report import summary
@@ -30,7 +33,9 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def guarded(action: Callable[[], int | None]) -> None:
-    """Run a command, turning harness errors and interrupts into a one-line message and exit code."""
+    """Run a command, turning every exception into a one-line message and the contract's exit code:
+    harness errors their own (2 or 3), interrupts 2, and anything unexpected 2 with the traceback
+    in a file (a bug of the harness is never exit 1, which means "not conformant")."""
     interrupts.install()
     try:
         code = action()
@@ -38,7 +43,34 @@ def guarded(action: Callable[[], int | None]) -> None:
         _fail(exc.one_line(), exc.exit_code)
     except (KeyboardInterrupt, interrupts.Interrupted) as exc:
         _fail(f"interrupted ({exc or 'SIGINT'}); what this command created was cleaned up", EXIT_ENVIRONMENT)
+    except click.ClickException:
+        raise  # usage errors of click's own, exit 3 in run()
+    except Exception as exc:  # noqa: BLE001 - the outermost layer: the contract holds for every exception
+        _unexpected(exc)
     sys.exit(code or 0)
+
+
+def _unexpected(exc: BaseException) -> NoReturn:
+    """Exit 2 with the cause in one line and the whole traceback in a file."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    written = _write_traceback(exc)
+    _fail(
+        f"internal error: {type(exc).__name__}: {first} (a harness bug or an environment problem; "
+        f"traceback in {written})",
+        EXIT_ENVIRONMENT,
+    )
+
+
+def _write_traceback(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    try:
+        handle, name = tempfile.mkstemp(prefix="kuberay-conformance-", suffix=".traceback")
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+    except OSError:
+        sys.stderr.write(text)
+        return "the lines above"
+    return name
 
 
 provider_option = click.option(
@@ -121,11 +153,19 @@ def cluster_status(provider: str, kubeconfig: str | None, context: str | None) -
 @kubeconfig_option
 @context_option
 def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> None:
-    """Print the exports a shell needs: eval "$(kuberay-conformance cluster env)"."""
+    """Print the exports a shell needs: eval "$(kuberay-conformance cluster env)".
+
+    With --context: HELM_KUBECONTEXT for helm, and an alias that gives kubectl the same context
+    (kubectl reads no context variable)."""
 
     def action() -> int:
-        for key, value in get_provider(provider, kubeconfig=kubeconfig, context=context).env().items():
+        env = get_provider(provider, kubeconfig=kubeconfig, context=context).env()
+        for key, value in env.items():
             click.echo(f"export {key}={shlex.quote(value)}")
+        if "HELM_KUBECONTEXT" in env:
+            click.echo(
+                f"alias kubectl={shlex.quote('kubectl --context ' + shlex.quote(env['HELM_KUBECONTEXT']))}"
+            )
         return 0
 
     guarded(action)
@@ -148,7 +188,7 @@ def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> N
     "timeout_overrides",
     multiple=True,
     metavar="KIND=SECONDS",
-    help="Override a timeout kind: apply, ready, scale, cleanup, upgrade.",
+    help="Override a timeout kind: apply, ready, scale, cleanup, upgrade, check (the hard cap per check).",
 )
 @click.option("--keep-failed", is_flag=True, help="Keep the namespaces of failed checks for inspection.")
 @click.option("--keep-cluster", is_flag=True, help="Leave the cluster running after the run.")
@@ -187,6 +227,9 @@ def run_command(
         loaded = profiles.load(profile)  # bad input is refused here, before anything is provisioned
         overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
         loaded.timeouts.with_overrides(overrides)
+        loaded.check_ray_versions(ray_versions)
+        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
+        check_run_dir(target)
         Environment(
             RunOptions(
                 provider=provider,
@@ -199,7 +242,6 @@ def run_command(
                 kuberay_version=kuberay_version,
             )
         ).check_input()
-        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
         # The repository as rootdir, so check ids read conformance/suites/test_x.py::name.
         rootdir = Path(__file__).resolve().parent.parent
         args = [
@@ -255,6 +297,58 @@ def run_command(
     guarded(action)
 
 
+@main.command("list")
+@click.option(
+    "--profile", default="default", show_default=True, help="Profile name or path (its Ray versions)."
+)
+@click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Only these areas.")
+@click.option("--ray-version", "ray_versions", multiple=True, help="Ray version(s) (default: the profile's).")
+@click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
+def list_command(
+    profile: str, areas: tuple[str, ...], ray_versions: tuple[str, ...], keyword: str | None
+) -> None:
+    """Print the checks with their areas, preconditions (requires), kuberay issues and markers.
+
+    Touches no cluster and writes nothing (a pytest --collect-only of the suites)."""
+
+    def action() -> int:
+        from conformance import listing  # noqa: PLC0415 - only this command needs it
+
+        loaded = profiles.load(profile)  # a bad profile is a one-line usage error, as for run
+        loaded.check_ray_versions(ray_versions)
+        for line in listing.lines(listing.collect(profile, areas, ray_versions, keyword)):
+            click.echo(line)
+        return 0
+
+    guarded(action)
+
+
+@main.group("profile")
+def profile_group() -> None:
+    """Validate profiles and print their JSON Schema (for editors and CI)."""
+
+
+@profile_group.command("check")
+@click.argument("file")
+def profile_check(file: str) -> None:
+    """Validate a profile (a path or a bundled name): exit 0 valid, 3 with every problem listed."""
+
+    def action() -> int:
+        loaded = profiles.load(file)
+        click.echo(f"profile {loaded.source} is valid ({loaded.name})")
+        return 0
+
+    guarded(action)
+
+
+@profile_group.command("schema")
+def profile_schema() -> None:
+    """Print the profiles' JSON Schema (the file conformance/profiles/profile.schema.json)."""
+    from conformance.profiles import schema  # noqa: PLC0415
+
+    click.echo(schema.json_schema(), nl=False)
+
+
 @main.command("report")
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
@@ -292,6 +386,10 @@ def run() -> None:
         _fail(exc.format_message(), EXIT_USAGE)
     except click.Abort:
         _fail("interrupted", EXIT_ENVIRONMENT)
+    except click.ClickException as exc:  # e.g. a file argument that cannot be opened
+        _fail(exc.format_message(), EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 - outside any command (option parsing, imports)
+        _unexpected(exc)
 
 
 if __name__ == "__main__":

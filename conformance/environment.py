@@ -6,14 +6,16 @@ capabilities detected. Any failure here is the environment's, and is reported as
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
 from conformance import capabilities
 from conformance.errors import HarnessError, ProvisioningError, UsageError
+from conformance.kube.target import api_client
 from conformance.profiles import Profile
 from conformance.providers import get_provider
 from conformance.providers.base import Cluster, Provider
@@ -82,6 +84,7 @@ class Environment:
     def check_input(self) -> None:
         """Refuse combinations that cannot work, before anything is provisioned."""
         profile = self.options.profile
+        profile.check_ray_versions(self.options.versions_to_test)
         if profile.gateway_install in ("istio", "envoy-gateway"):
             from conformance.install import gateway_charts  # noqa: PLC0415
 
@@ -98,7 +101,7 @@ class Environment:
         if self.options.provider == "existing":
             cluster = self.provider.up()  # creates nothing: checks that the cluster answers
             if self.options.profile.kuberay.install == "existing":
-                api = config.new_client_from_config(str(cluster.kubeconfig), context=cluster.context)
+                api = api_client(cluster.target)
                 _require_kuberay_crds(api)
         self._check_source()
         if self.options.kuberay_install == "local-build" and not _builds_here(self.options.provider):
@@ -146,7 +149,7 @@ class Environment:
         existed = self.provider.status().exists
         self.cluster = self.provider.up()
         self._made_cluster = not existed
-        self.api = config.new_client_from_config(str(self.cluster.kubeconfig), context=self.cluster.context)
+        self.api = api_client(self.cluster.target)
         self._install_kuberay()
         self._install_gateway()
         self._provide_images()
@@ -164,7 +167,7 @@ class Environment:
 
         settings = self.options.profile.kuberay
         assert self.api is not None and self.cluster is not None
-        target = kuberay_chart.Target(self.cluster.kubeconfig, self.cluster.context)
+        target = self.cluster.target
         if self.options.kuberay_install == "source":
             spec, self.promised = self.source.install(
                 self.provider, self.api, target, self.options.timeouts.ready
@@ -235,7 +238,7 @@ class Environment:
 
             # Recorded before anything is made: teardown undoes a half-done install too.
             self.gateway = gateway_charts.begin(
-                profile.gateway_install, profile.gateway_class, self.cluster.kubeconfig
+                profile.gateway_install, profile.gateway_class, self.cluster.target
             )
             gateway_charts.install(self.api, self.gateway, self.options.timeouts.ready)
             self.notes += [self.gateway.note(), *self.gateway.notes]
@@ -307,6 +310,26 @@ class Environment:
         from conformance.install import gateway_charts  # noqa: PLC0415
 
         return gateway_charts.uninstall(self.api, self.gateway, self.options.timeouts.cleanup)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run folder that cannot be written, before anything is provisioned; creates nothing.
+
+    The nearest existing folder on the way must take a file (tried with a temporary one, since
+    root passes every permission check but not a read-only mount or a file in the path)."""
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(existing))
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"run directory {run_dir} cannot be written ({exc.strerror}: {exc.filename or existing})",
+            "pass --run-dir with a folder you may write to",
+        ) from None
 
 
 def _builds_here(provider: str) -> bool:

@@ -28,7 +28,7 @@ from kubernetes import client
 
 from conformance import profiles, progress
 from conformance.capabilities import Capabilities
-from conformance.environment import Environment, RunOptions
+from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import HarnessError
 from conformance.kube import diagnostics
 from conformance.report import build as report_build
@@ -70,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="KIND=SECONDS",
-        help="override a timeout kind (apply, ready, scale, cleanup, upgrade)",
+        help="override a timeout kind (apply, ready, scale, cleanup, upgrade, check)",
     )
 
 
@@ -82,7 +82,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     provider = config.getoption("--conformance-provider", default=None)
     if provider:
-        run = ConformanceRun(config, provider)
+        try:
+            run = ConformanceRun(config, provider)
+        except HarnessError as exc:  # bad input under plain pytest: a usage error, not an INTERNALERROR
+            raise pytest.UsageError(f"kuberay-conformance: {exc.one_line()}") from None
         config.stash[RUN_KEY] = run
         config.pluginmanager.register(run, "kuberay-conformance-run")
         progress.route_lines_to(_terminal_line_writer(config))
@@ -110,6 +113,7 @@ class ConformanceRun:
             kuberay_version=config.getoption("--conformance-kuberay-version"),
         )
         self.options.timeouts  # noqa: B018 - validates the overrides now, before anything runs
+        check_run_dir(self.options.run_dir)
         self.environment = Environment(self.options)
         self.summary = Summary(
             run_id=self.options.run_id,
@@ -129,6 +133,7 @@ class ConformanceRun:
         # run may hold one. Value -> the check that registered it.
         self.secrets: dict[str, str] = {}
         self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        self.collect_only = bool(config.option.collectonly)
 
     # -- collection -------------------------------------------------------------------
 
@@ -145,8 +150,11 @@ class ConformanceRun:
             deselected = [item for item in items if _area(item) not in wanted]
             items[:] = [item for item in items if _area(item) in wanted]
             config.hook.pytest_deselected(items=deselected)
+        cap = self.options.timeouts.check
         for item in items:
             area = _area(item)
+            if item.get_closest_marker("timeout") is None:  # pytest-timeout: a hang becomes an error
+                item.add_marker(pytest.mark.timeout(cap, method="signal"))
             item.add_marker(allure.epic(area))
             item.add_marker(allure.feature(item.module.__name__.rsplit(".", 1)[-1] if item.module else area))
             item.add_marker(allure.story(item.originalname if hasattr(item, "originalname") else item.name))
@@ -157,8 +165,8 @@ class ConformanceRun:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Prepare before the first check, so no check's duration includes the bring-up."""
-        if not session.items:
-            return
+        if not session.items or self.collect_only:
+            return  # --collect-only lists checks; it must never make a cluster (on EKS, a paid one)
         started = time.monotonic()
         with contextlib.suppress(Exception):  # recorded; every check then errors with the cause
             self.ensure_prepared()
@@ -296,6 +304,9 @@ class ConformanceRun:
 
     @pytest.hookimpl(trylast=True)  # after junitxml has written junit.xml, which is searched too
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.collect_only:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            return  # nothing ran and nothing was made: no results, no teardown
         interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
         for nodeid, result in self.results.items():
             result.metrics = dict(self._metrics.get(nodeid, result.metrics))
@@ -351,6 +362,8 @@ class ConformanceRun:
             return
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.collect_only:
+            return
         terminalreporter.section("kuberay conformance")
         built = self.built or report_build.Built(self.summary, self.options.run_dir / report_build.INDEX)
         for line in report_terminal.lines(built, width=shutil.get_terminal_size().columns):

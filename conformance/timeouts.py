@@ -18,6 +18,9 @@ class Timeouts:
     scale: float = 300.0  # autoscaling up or down
     cleanup: float = 180.0  # deletion of children, TTL-driven cleanup
     upgrade: float = 900.0  # a RayService or operator upgrade completes
+    # The hard cap on one check, setup and teardown included (pytest-timeout): a hang anywhere,
+    # even outside a wait, ends as an `error` with diagnostics instead of stopping the run.
+    check: float = 3600.0
 
     def with_overrides(self, overrides: dict[str, float]) -> Timeouts:
         known = {f.name for f in fields(self)}

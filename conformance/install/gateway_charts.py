@@ -56,6 +56,7 @@ from kubernetes.dynamic import DynamicClient
 
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import kuberay
+from conformance.kube.target import KubeTarget
 from conformance.progress import progress
 
 GROUP = "gateway.networking.k8s.io"
@@ -204,11 +205,11 @@ def _chart_args(release: Release) -> list[str]:
     return [*args, "--version", release.version]
 
 
-def upgrade_argv(release: Release, kubeconfig: Path, values_file: Path, timeout_s: float) -> list[str]:
+def upgrade_argv(release: Release, target: KubeTarget, values_file: Path, timeout_s: float) -> list[str]:
     argv = [
         "helm", "upgrade", "--install", release.name, *_chart_args(release),
         "--namespace", release.namespace, "--create-namespace",
-        "--kubeconfig", str(kubeconfig), "--values", str(values_file),
+        *target.helm_args(), "--values", str(values_file),
         "--wait", "--timeout", f"{int(timeout_s)}s",
     ]  # fmt: skip
     if release.skip_crds:
@@ -223,14 +224,14 @@ def template_argv(release: Release, values_file: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def status_argv(release: Release, kubeconfig: Path) -> list[str]:
-    return ["helm", "status", release.name, "--namespace", release.namespace, "--kubeconfig", str(kubeconfig)]
+def status_argv(release: Release, target: KubeTarget) -> list[str]:
+    return ["helm", "status", release.name, "--namespace", release.namespace, *target.helm_args()]
 
 
-def uninstall_argv(release: Release, kubeconfig: Path, timeout_s: float) -> list[str]:
+def uninstall_argv(release: Release, target: KubeTarget, timeout_s: float) -> list[str]:
     return [
         "helm", "uninstall", release.name, "--namespace", release.namespace,
-        "--kubeconfig", str(kubeconfig), "--wait", "--timeout", f"{int(timeout_s)}s",
+        *target.helm_args(), "--wait", "--timeout", f"{int(timeout_s)}s",
     ]  # fmt: skip
 
 
@@ -267,7 +268,7 @@ class Installed:
     version: str
     class_name: str
     crd_version: str
-    kubeconfig: Path
+    target: KubeTarget  # the cluster's kubeconfig and context, as the Python client uses them
     releases: list[Release] = field(default_factory=list)  # made by this run, in install order
     class_made: bool = False
     docs_made: list[dict[str, Any]] = field(default_factory=list)
@@ -282,19 +283,19 @@ class Installed:
         )
 
 
-def begin(implementation: str, class_name: str, kubeconfig: Path) -> Installed:
+def begin(implementation: str, class_name: str, target: KubeTarget) -> Installed:
     """The empty record `install` fills as it goes, so a failed install can still be undone."""
     from conformance.providers.local import pins  # noqa: PLC0415
 
     return Installed(
-        implementation, plan(implementation, class_name).version, class_name, pins.GATEWAY_API, kubeconfig
+        implementation, plan(implementation, class_name).version, class_name, pins.GATEWAY_API, target
     )
 
 
 def install(api_client: client.ApiClient, done: Installed, timeout: float) -> Installed:
     from conformance.install import gateway  # noqa: PLC0415 - the CRD reader and the waits
 
-    implementation, class_name, kubeconfig = done.implementation, done.class_name, done.kubeconfig
+    implementation, class_name, target = done.implementation, done.class_name, done.target
     steps = plan(implementation, class_name)
     custom = client.CustomObjectsApi(api_client)
     existing = _read_class(custom, class_name)
@@ -318,9 +319,9 @@ def install(api_client: client.ApiClient, done: Installed, timeout: float) -> In
         ]
         kuberay.apply_crds(api_client, crds, what=steps.implementation)
     for release in steps.releases:
-        if not release_exists(release, kubeconfig):
+        if not release_exists(release, target):
             done.releases.append(release)
-        helm_upgrade(release, kubeconfig, timeout)
+        helm_upgrade(release, target, timeout)
     dynamic = DynamicClient(api_client)
     for doc in steps.extra_docs:
         done.docs_made.append(doc)
@@ -346,7 +347,7 @@ def uninstall(api_client: client.ApiClient, done: Installed, timeout: float) -> 
         _try(problems, f"{doc['kind']} {meta['name']}", custom.delete_namespaced_custom_object,
              group, version, meta["namespace"], "envoyproxies", meta["name"])  # fmt: skip
     for release in reversed(done.releases):
-        result = _helm(uninstall_argv(release, done.kubeconfig, timeout))
+        result = _helm(uninstall_argv(release, done.target, timeout))
         if result.returncode != 0:
             problems.append(f"helm uninstall {release.name}: {_last_line(result)}")
     ext = client.ApiextensionsV1Api(api_client)
@@ -375,16 +376,16 @@ def render(release: Release) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def release_exists(release: Release, kubeconfig: Path) -> bool:
-    return _helm(status_argv(release, kubeconfig)).returncode == 0
+def release_exists(release: Release, target: KubeTarget) -> bool:
+    return _helm(status_argv(release, target)).returncode == 0
 
 
-def helm_upgrade(release: Release, kubeconfig: Path, timeout: float) -> None:
+def helm_upgrade(release: Release, target: KubeTarget, timeout: float) -> None:
     with (
         _values_file(release) as values,
         progress(f"helm: {release.name} {release.version} in {release.namespace}"),
     ):
-        result = _helm(upgrade_argv(release, kubeconfig, values, timeout))
+        result = _helm(upgrade_argv(release, target, values, timeout))
     if result.returncode != 0:
         raise ProvisioningError(
             f"helm install of {release.name} {release.version} failed: {_last_line(result)}",

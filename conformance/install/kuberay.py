@@ -44,6 +44,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError
 
+from conformance import resources
 from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.wait import WaitTimeout, wait_for, wait_gone
 from conformance.progress import progress
@@ -58,7 +59,7 @@ LEADER_ELECTION_ROLE = "kuberay-operator-leader-election"
 LEASE_NAME = "ray-operator-leader"  # LeaderElectionID in main.go
 MANAGED_BY = "kuberay-conformance"
 FIELD_MANAGER = "kuberay-conformance"
-MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "kuberay" / "operator.yaml"
+MANIFEST = resources.path("manifests") / "kuberay" / "operator.yaml"
 RAY_KINDS = ("rayclusters", "rayjobs", "rayservices", "raycronjobs")
 POD_SELECTOR = f"app.kubernetes.io/name={NAME},app.kubernetes.io/instance={NAME}"
 

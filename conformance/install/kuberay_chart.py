@@ -39,6 +39,7 @@ from kubernetes.dynamic import DynamicClient
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import kuberay
 from conformance.install.kuberay_source import Checkout
+from conformance.kube.target import KubeTarget
 from conformance.progress import progress
 from conformance.providers.local import gobuild, pins
 from conformance.providers.local.layout import cache_dir
@@ -74,21 +75,6 @@ def tool_binary(name: str) -> str:
             f"install Go 1.26 (the harness builds {name} {pins.TOOLS[name].version}) or put {name} on PATH",
         )
     return found
-
-
-@dataclass(frozen=True)
-class Target:
-    """The cluster helm and kubectl talk to: the same kubeconfig and context as the Python client."""
-
-    kubeconfig: Path
-    context: str | None = None
-
-    def flags(self) -> list[str]:
-        return [
-            "--kubeconfig",
-            str(self.kubeconfig),
-            *(["--kube-context", self.context] if self.context else []),
-        ]
 
 
 @dataclass(frozen=True)
@@ -234,7 +220,7 @@ def rendered_deployment(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def install_chart(
-    target: Target,
+    target: KubeTarget,
     api: client.ApiClient,
     spec: kuberay.OperatorSpec,
     source: ChartSource,
@@ -255,7 +241,7 @@ def install_chart(
             [
                 helm, "upgrade", "--install", RELEASE, *source.args(),
                 "--namespace", spec.namespace, "--skip-crds", "--values", path,
-                "--wait", "--timeout", f"{int(timeout)}s", *target.flags(),
+                "--wait", "--timeout", f"{int(timeout)}s", *target.helm_args(),
             ],
             f"helm upgrade --install {RELEASE} ({source.describe()})",
             f"see `helm status {RELEASE} -n {spec.namespace}` and the pods in {spec.namespace}",
@@ -318,7 +304,7 @@ def with_gates(args: Sequence[str], gates: dict[str, bool]) -> list[str]:
 
 
 def install_kustomize(
-    target: Target,
+    target: KubeTarget,
     api: client.ApiClient,
     spec: kuberay.OperatorSpec,
     checkout: Checkout,
@@ -382,7 +368,7 @@ def helm_release_secrets(api: client.ApiClient, namespace: str) -> list[str]:
 
 
 def clear_other_installs(
-    target: Target, api: client.ApiClient, namespace: str, keep: str, timeout: float
+    target: KubeTarget, api: client.ApiClient, namespace: str, keep: str, timeout: float
 ) -> None:
     """Remove an operator installed in `namespace` another way than `keep` (CRDs and Ray objects stay).
 
@@ -396,7 +382,7 @@ def clear_other_installs(
         with progress(f"helm uninstall {RELEASE} in {namespace} (installing with {keep})"):
             _run(
                 [tool_binary(HELM), "uninstall", RELEASE, "--namespace", namespace, "--wait",
-                 "--timeout", f"{int(timeout)}s", *target.flags()],
+                 "--timeout", f"{int(timeout)}s", *target.helm_args()],
                 f"helm uninstall {RELEASE}",
                 f"remove it by hand: helm uninstall {RELEASE} -n {namespace}",
             )  # fmt: skip

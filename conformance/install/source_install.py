@@ -15,8 +15,9 @@ from pathlib import Path
 from kubernetes import client
 
 from conformance.install import kuberay, kuberay_chart, kuberay_source
-from conformance.install.kuberay_chart import ChartSource, Promised, Target
+from conformance.install.kuberay_chart import ChartSource, Promised
 from conformance.install.kuberay_source import Checkout, Provenance
+from conformance.kube.target import KubeTarget
 from conformance.providers.local import images
 
 
@@ -65,7 +66,7 @@ class SourceInstall:
         )
 
     def install(
-        self, loader: kuberay.ImageLoader, api: client.ApiClient, target: Target, timeout: float
+        self, loader: kuberay.ImageLoader, api: client.ApiClient, target: KubeTarget, timeout: float
     ) -> tuple[kuberay.OperatorSpec, Promised]:
         assert self.checkout and self.provenance and self.image, "check() first"
         checkout, prov, image = self.checkout, self.provenance, self.image

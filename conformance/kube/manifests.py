@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jinja2
 import yaml
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+from conformance import resources
+
+MANIFESTS = resources.path("manifests")
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(MANIFESTS)),

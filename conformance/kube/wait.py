@@ -13,13 +13,17 @@ from typing import Any, TypeVar
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
+from conformance.kube.target import CONNECT_TIMEOUT_S, WATCH_GRACE_S
 from conformance.progress import progress
 
 T = TypeVar("T")
 
 # Watches are re-opened at most this often; the server ends them on its own schedule too.
 _WATCH_CHUNK_S = 30
+# A watch connection that broke or went silent: resumed from a fresh list.
+_CONNECTION_LOST = (ReadTimeoutError, ProtocolError, ConnectionError)
 
 
 class WaitTimeout(Exception):
@@ -58,25 +62,13 @@ def wait_for(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WaitTimeout(what, timeout, last_seen)
-            version = _resource_version(listing)
-            stream = watch.Watch()
-            try:
-                for event in stream.stream(
-                    list_fn,
-                    resource_version=version,
-                    timeout_seconds=max(1, int(min(remaining, _WATCH_CHUNK_S))),
-                    **list_kwargs,
-                ):
-                    obj = event["object"]
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        last_seen = describe(obj)
-                        line.update(last_seen)
-                        if predicate(obj):
-                            stream.stop()
-                            return obj
-            except ApiException as exc:
-                if exc.status != 410:  # 410 Gone: the resource version expired; list again
-                    raise
+            for event in _watch(list_fn, _resource_version(listing), remaining, **list_kwargs):
+                obj = event["object"]
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    last_seen = describe(obj)
+                    line.update(last_seen)
+                    if predicate(obj):
+                        return obj
             if time.monotonic() >= deadline:
                 raise WaitTimeout(what, timeout, last_seen)
 
@@ -94,20 +86,36 @@ def wait_gone(list_fn: Callable[..., Any], *, what: str, timeout: float, **list_
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WaitTimeout(f"{what} to be gone", timeout, f"{len(remaining_items)} left")
-            stream = watch.Watch()
-            try:
-                for event in stream.stream(
-                    list_fn,
-                    resource_version=_resource_version(listing),
-                    timeout_seconds=max(1, int(min(remaining, _WATCH_CHUNK_S))),
-                    **list_kwargs,
-                ):
-                    if event["type"] == "DELETED":
-                        stream.stop()  # list again to see whether anything is left
-                        break
-            except ApiException as exc:
-                if exc.status != 410:
-                    raise
+            for event in _watch(list_fn, _resource_version(listing), remaining, **list_kwargs):
+                if event["type"] == "DELETED":
+                    break  # list again to see whether anything is left
+
+
+def _watch(list_fn: Callable[..., Any], version: str, remaining: float, **list_kwargs: Any) -> Iterator[Any]:
+    """Events of one watch from `version`, at most `_WATCH_CHUNK_S` long, with a client-side timeout.
+
+    It ends quietly, for the caller to list again and resume, when the server says 410 Gone (the
+    resource version expired) or the connection is lost or stays silent past its timeout: without
+    that a dropped connection hangs a wait forever (the kubernetes client has no read timeout of
+    its own). Stopping the iteration early closes the connection.
+    """
+    seconds = max(1, int(min(remaining, _WATCH_CHUNK_S)))
+    stream = watch.Watch()
+    try:
+        yield from stream.stream(
+            list_fn,
+            resource_version=version,
+            timeout_seconds=seconds,
+            _request_timeout=(CONNECT_TIMEOUT_S, seconds + WATCH_GRACE_S),
+            **list_kwargs,
+        )
+    except ApiException as exc:
+        if exc.status != 410:
+            raise
+    except _CONNECTION_LOST:
+        return
+    finally:
+        stream.stop()
 
 
 def _items(listing: Any) -> list[Any]:
@@ -179,24 +187,39 @@ def holds_for(
     items = _items(listing)
     if not items:
         return "no object matched at the start"
-    for item in items:
-        if not predicate(item):
-            return "did not hold at the start"
+    if not all(predicate(item) for item in items):
+        return "did not hold at the start"
+    names = {_name_of(item) for item in items}
     deadline = time.monotonic() + duration
     with progress(f"watching that {what} for {duration:.0f}s"):
         version = _resource_version(listing)
         while (remaining := deadline - time.monotonic()) > 0:
-            stream = watch.Watch()
-            for event in stream.stream(
-                list_fn, resource_version=version, timeout_seconds=max(1, int(remaining)), **list_kwargs
-            ):
+            for event in _watch(list_fn, version, remaining, **list_kwargs):
                 obj = event["object"]
                 version = _resource_version_of(obj) or version
                 if event["type"] == "DELETED":
                     return "the object was deleted"
                 if not predicate(obj):
                     return "it stopped holding"
+            if deadline - time.monotonic() <= 0:
+                break
+            # The watch ended (its chunk, 410 Gone or a lost connection): what changed in the gap
+            # is in a fresh list, from whose version the next watch resumes.
+            listing = list_fn(**list_kwargs)
+            now_items = _items(listing)
+            if not names <= {_name_of(item) for item in now_items}:
+                return "the object was deleted"
+            if not all(predicate(item) for item in now_items):
+                return "it stopped holding"
+            version = _resource_version(listing)
     return ""
+
+
+def _name_of(obj: Any) -> str:
+    if isinstance(obj, dict):
+        meta = obj.get("metadata", {})
+        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return f"{obj.metadata.namespace}/{obj.metadata.name}"
 
 
 def _resource_version_of(obj: Any) -> str:

@@ -1,22 +1,32 @@
 """Profiles: YAML files naming images, resources, timeouts, thresholds, the gateway class and GPUs.
 
-A profile is found by name among the bundled ones (this folder) or given as a path.
-Every field is checked when it is loaded, so a bad profile is a usage error before
-anything is provisioned.
+A profile is found by name among the bundled ones (this folder, shipped in the wheel) or given as
+a path. The file is checked against the typed schema in `schema.py` when it is loaded, every
+problem at once, so a bad profile is a usage error before anything is provisioned.
 """
 
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from conformance import resources
 from conformance.errors import UsageError
+from conformance.profiles import schema
+from conformance.profiles.problems import Loader, Problem, ProfileError, explain, where
+from conformance.profiles.schema import Thresholds
 from conformance.timeouts import Timeouts
 
-BUNDLED = Path(__file__).parent
+BUNDLED = resources.path("profiles")
+HEAD_SERVICE_TYPES = schema.HeadServiceType.__args__
+GATEWAY_INSTALLS = schema.GatewayInstall.__args__
+
+__all__ = ["BUNDLED", "GATEWAY_INSTALLS", "HEAD_SERVICE_TYPES", "Profile", "ProfileError", "Thresholds"]
 
 
 @dataclass(frozen=True)
@@ -27,18 +37,18 @@ class KubeRaySettings:
     feature_gates: dict[str, bool]
 
 
-HEAD_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
-# source: built from the checkout --kuberay-source names, installed with its own chart (or kustomize).
-KUBERAY_INSTALLS = ("local-build", "helm", "existing", "source")
-# How the Gateway API implementation gets there (see conformance/install/gateway*.py).
-GATEWAY_INSTALLS = ("local-build", "istio", "envoy-gateway", "existing")
-
-
 @dataclass(frozen=True)
 class GpuSettings:
     resource: str
     count: int
     simulated: bool
+
+
+# An image reference as container runtimes parse it: [host[:port]/]path[:tag][@digest].
+_IMAGE_REF = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,7 @@ class Profile:
     head_resources: dict[str, str]
     worker_resources: dict[str, str]
     timeouts: Timeouts
-    thresholds: dict[str, float]
+    thresholds: Thresholds
     gateway_class: str
     gpu: GpuSettings
     source: Path = field(default=Path())
@@ -73,6 +83,17 @@ class Profile:
     def ray_image(self, ray_version: str) -> str:
         return self.ray_image_template.format(ray_version=ray_version)
 
+    def check_ray_versions(self, versions: tuple[str, ...]) -> None:
+        """Refuse a Ray version the image template cannot turn into an image reference."""
+        for version in versions:
+            image = self.ray_image(version)
+            if not _IMAGE_REF.match(image):
+                raise UsageError(
+                    f"Ray version {version!r} makes the image {image!r} from images.ray of profile "
+                    f"{self.name}, which is not a valid image reference",
+                    'give a Ray version such as 2.58.0 (letters, digits, "." and "-" only)',
+                )
+
 
 def available() -> list[str]:
     return sorted(p.stem for p in BUNDLED.glob("*.yaml"))
@@ -82,128 +103,69 @@ def load(name_or_path: str) -> Profile:
     path = Path(name_or_path)
     if not path.suffix:
         path = BUNDLED / f"{name_or_path}.yaml"
-    if not path.exists():
+    if not path.is_file():
         raise UsageError(
             f"unknown profile {name_or_path!r}",
             f"use one of: {', '.join(available())}, or a path to a profile YAML file",
         )
+    return parse(path.read_text(), path)
+
+
+def parse(text: str, source: Path) -> Profile:
+    """A Profile from the text of a profile file, or a ProfileError listing every problem."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(text, Loader=Loader)  # a SafeLoader, with YAML 1.2's booleans
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError(f"profile {path} is not valid YAML{where}", "fix the YAML syntax") from exc
-    return parse(data, path)
+        raise UsageError(f"profile {source} is not valid YAML{where}", "fix the YAML syntax") from exc
+    try:
+        doc = schema.ProfileDocument.model_validate(data)
+    except ValidationError as exc:
+        raise explain(exc, schema.ProfileDocument, source, text) from None
+    _check_image_template(doc.images.ray, source, text)
+    profile = _from_document(doc, source)
+    profile.check_ray_versions(profile.ray_versions)
+    return profile
 
 
-def parse(data: Any, source: Path) -> Profile:
-    reader = _Reader(data, str(source))
-    kuberay = reader.section("kuberay")
-    gpu = reader.section("gpu")
-    images = reader.section("images")
-    resources = reader.section("resources")
-    gateway = reader.section("gateway")
-    install = kuberay.text("install")
-    if install not in KUBERAY_INSTALLS:
-        raise UsageError(
-            f"profile {source}: kuberay.install is {install!r}", f"use one of {', '.join(KUBERAY_INSTALLS)}"
+def _check_image_template(template: str, source: Path, text: str) -> None:
+    fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    if fields != {"ray_version"}:
+        raise _one_problem(
+            source,
+            text,
+            ("images", "ray"),
+            f"{template!r} must name the Ray version as {{ray_version}} and nothing else",
+            "write e.g. rayproject/ray:{ray_version}-py312",
         )
-    pull_policy = images.text("pull_policy")
-    if pull_policy not in ("Always", "IfNotPresent", "Never"):
-        raise UsageError(
-            f"profile {source}: images.pull_policy is {pull_policy!r}", "use IfNotPresent or Never"
-        )
-    gateway_install = gateway.text("install") if "install" in gateway.data else "existing"
-    if gateway_install not in GATEWAY_INSTALLS:
-        raise UsageError(
-            f"profile {source}: gateway.install is {gateway_install!r}",
-            f"use one of {', '.join(GATEWAY_INSTALLS)}",
-        )
-    timeouts = reader.mapping("timeouts")
-    exposure = reader.section("exposure") if "exposure" in reader.data else None
-    head_service_type = exposure.text("head_service_type") if exposure else "ClusterIP"
-    if head_service_type not in HEAD_SERVICE_TYPES:
-        raise UsageError(
-            f"profile {source}: exposure.head_service_type is {head_service_type!r}",
-            f"use one of {', '.join(HEAD_SERVICE_TYPES)}",
-        )
+
+
+def _one_problem(source: Path, text: str, loc: tuple[str, ...], what: str, fix: str) -> ProfileError:
+    return ProfileError(source, [Problem(where(text, loc), what, fix)])
+
+
+def _from_document(doc: schema.ProfileDocument, source: Path) -> Profile:
     return Profile(
-        name=reader.text("name"),
-        description=reader.text("description"),
-        ray_versions=tuple(str(v) for v in reader.sequence("ray_versions")),
-        ray_image_template=images.text("ray"),
-        redis_image=images.text("redis"),
-        pull_policy=pull_policy,
+        name=doc.name,
+        description=doc.description,
+        ray_versions=tuple(doc.ray_versions),
+        ray_image_template=doc.images.ray,
+        redis_image=doc.images.redis,
+        pull_policy=doc.images.pull_policy,
         kuberay=KubeRaySettings(
-            version=kuberay.text("version"),
-            install=install,
-            namespace=kuberay.text("namespace"),
-            feature_gates={str(k): bool(v) for k, v in kuberay.mapping("feature_gates").items()},
+            version=doc.kuberay.version,
+            install=doc.kuberay.install,
+            namespace=doc.kuberay.namespace,
+            feature_gates=dict(doc.kuberay.feature_gates),
         ),
-        head_resources={k: str(v) for k, v in resources.mapping("head").items()},
-        worker_resources={k: str(v) for k, v in resources.mapping("worker").items()},
-        timeouts=Timeouts().with_overrides({k: float(v) for k, v in timeouts.items()}),
-        thresholds={k: float(v) for k, v in reader.mapping("thresholds").items()},
-        gateway_class=gateway.text("class_name"),
-        gpu=GpuSettings(
-            resource=gpu.text("resource"), count=gpu.integer("count"), simulated=gpu.flag("simulated")
-        ),
+        head_resources=dict(doc.resources.head),
+        worker_resources=dict(doc.resources.worker),
+        timeouts=Timeouts(**doc.timeouts.model_dump()),
+        thresholds=doc.thresholds,
+        gateway_class=doc.gateway.class_name,
+        gpu=GpuSettings(resource=doc.gpu.resource, count=doc.gpu.count, simulated=doc.gpu.simulated),
         source=source,
-        gateway_install=gateway_install,
-        head_service_type=head_service_type,
+        gateway_install=doc.gateway.install,
+        head_service_type=doc.exposure.head_service_type,
     )
-
-
-class _Reader:
-    """Typed access to one YAML mapping, with errors that name the profile and the field."""
-
-    def __init__(self, data: Any, where: str, prefix: str = "") -> None:
-        if not isinstance(data, dict):
-            raise UsageError(
-                f"profile {where}: {prefix or 'the document'} must be a mapping", "see profiles/default.yaml"
-            )
-        self.data, self.where, self.prefix = data, where, prefix
-
-    def _get(self, key: str) -> Any:
-        if key not in self.data:
-            raise UsageError(f"profile {self.where}: missing {self.prefix}{key}", "see profiles/default.yaml")
-        return self.data[key]
-
-    def _bad(self, key: str, expected: str) -> UsageError:
-        return UsageError(
-            f"profile {self.where}: {self.prefix}{key} must be {expected}, not {self.data[key]!r}",
-            "see profiles/default.yaml",
-        )
-
-    def section(self, key: str) -> _Reader:
-        return _Reader(self._get(key), self.where, f"{self.prefix}{key}.")
-
-    def text(self, key: str) -> str:
-        value = self._get(key)
-        if not isinstance(value, str | int | float) or isinstance(value, bool) or str(value) == "":
-            raise self._bad(key, "a non-empty string")
-        return str(value)
-
-    def integer(self, key: str) -> int:
-        value = self._get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise self._bad(key, "a whole number >= 0")
-        return value
-
-    def flag(self, key: str) -> bool:
-        value = self._get(key)
-        if not isinstance(value, bool):
-            raise self._bad(key, "true or false")
-        return value
-
-    def mapping(self, key: str) -> dict[str, Any]:
-        value = self._get(key)
-        if not isinstance(value, dict):
-            raise self._bad(key, "a mapping")
-        return value
-
-    def sequence(self, key: str) -> list[Any]:
-        value = self._get(key)
-        if not isinstance(value, list) or not value:
-            raise self._bad(key, "a non-empty list")
-        return value

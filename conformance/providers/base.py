@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from conformance.kube.target import KubeTarget
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -22,6 +24,11 @@ class Cluster:
     bin_dirs: tuple[Path, ...] = ()
     # Facts the provider knows and a suite may ask about, e.g. "simulated_gpus": True.
     facts: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def target(self) -> KubeTarget:
+        """Kubeconfig and context, for the Python client and every helm or kubectl alike."""
+        return KubeTarget(self.kubeconfig, self.context)
 
 
 @dataclass(frozen=True)

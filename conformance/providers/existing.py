@@ -12,6 +12,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from conformance.errors import UsageError
+from conformance.kube.target import KubeTarget, api_client
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
 
@@ -28,8 +29,9 @@ class ExistingProvider:
             raise UsageError(
                 f"kubeconfig {self.kubeconfig} does not exist", "pass --kubeconfig PATH or set KUBECONFIG"
             )
+        self._check_context()
         try:
-            api = config.new_client_from_config(str(self.kubeconfig), context=self.context)
+            api = api_client(KubeTarget(self.kubeconfig, self.context))
         except ConfigException as exc:
             raise UsageError(f"kubeconfig {self.kubeconfig} is unusable: {exc}", "check --context") from exc
         try:
@@ -40,6 +42,23 @@ class ExistingProvider:
                 "check that it is running and that the kubeconfig's server address is reachable",
             ) from exc
         return str(info.git_version)
+
+    def _check_context(self) -> None:
+        """A context the kubeconfig lacks is named with the ones it has, before anything connects."""
+        try:
+            contexts, current = config.list_kube_config_contexts(str(self.kubeconfig))
+        except (ConfigException, OSError, ValueError) as exc:
+            raise UsageError(
+                f"kubeconfig {self.kubeconfig} is unusable: {exc}", "pass a working one with --kubeconfig"
+            ) from None
+        names = [c["name"] for c in contexts or []]
+        wanted = self.context or (current or {}).get("name")
+        if wanted not in names:
+            which = f"context {self.context!r}" if self.context else "its current-context"
+            raise UsageError(
+                f"kubeconfig {self.kubeconfig} has no {which} (it has: {', '.join(names) or 'none'})",
+                "pass --context with one of them",
+            )
 
     def up(self) -> Cluster:
         self._check_reachable()
@@ -58,4 +77,4 @@ class ExistingProvider:
         )
 
     def env(self) -> dict[str, str]:
-        return {"KUBECONFIG": str(self.kubeconfig)}
+        return KubeTarget(self.kubeconfig, self.context).shell_env()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance import interrupts
+from conformance import interrupts, resources
 from conformance.errors import ProvisioningError, UsageError
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
@@ -61,8 +61,8 @@ STOP_GRACE_S = 300.0
 
 
 def modules_dir() -> Path:
-    """infra/terraform of this checkout (the package is installed in place), or KRC_TERRAFORM_MODULES."""
-    default = Path(__file__).resolve().parents[2] / "infra" / "terraform"
+    """infra/terraform as the package ships it (package data), or KRC_TERRAFORM_MODULES."""
+    default = resources.path("terraform")
     return Path(os.environ.get("KRC_TERRAFORM_MODULES", default))
 
 

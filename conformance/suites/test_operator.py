@@ -365,7 +365,7 @@ def previous_operator(
     )
     if install == "source":  # the checkout's chart, as a user upgrades: CRDs, then helm upgrade
         assert conformance.cluster is not None
-        target = kuberay_chart.Target(conformance.cluster.kubeconfig, conformance.cluster.context)
+        target = conformance.cluster.target
 
         def upgrade() -> float:
             return operator_upgrade.helm_upgrade(

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -84,6 +85,19 @@ def _write_suite(tmp_path: Path, text: str) -> Path:
     return suite
 
 
+def _run_suite(tmp_path: Path, text: str, run_dir: Path, *extra: str) -> tuple[Any, dict, dict]:
+    """Run a suite through the plugin; its output, summary.json and the tests by function name."""
+    done = subprocess.run(
+        [*_pytest(_write_suite(tmp_path, text), run_dir), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return done, summary, {t["id"].rsplit("::", 1)[-1]: t for t in summary["tests"]}
+
+
 def _run_namespaces(cluster: Cluster, run_id: str) -> list[str]:
     core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
     return [
@@ -95,15 +109,7 @@ def _run_namespaces(cluster: Cluster, run_id: str) -> list[str]:
 
 def test_outcomes_metrics_and_diagnostics_are_recorded(local_cluster: Cluster, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [*_pytest(_write_suite(tmp_path, SUITE), run_dir), "--conformance-keep-failed"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    summary = json.loads((run_dir / "summary.json").read_text())
-    by_name = {t["id"].rsplit("::", 1)[-1]: t for t in summary["tests"]}
+    done, summary, by_name = _run_suite(tmp_path, SUITE, run_dir, "--conformance-keep-failed")
     assert by_name["test_passes"]["outcome"] == "passed", done.stdout[-2000:]
     assert by_name["test_passes"]["metrics"] == {"answer_s": 4.2}
     assert by_name["test_fails"]["outcome"] == "failed"
@@ -152,3 +158,36 @@ def test_sigterm_mid_check_still_writes_an_incomplete_summary_and_cleans_up(
     assert summary["verdict"] == "incomplete"
     assert _run_namespaces(local_cluster, run_dir.name) == []
     assert os.path.islink(run_dir.parent / "latest")
+
+
+STUCK = """
+import time
+import pytest
+from kubernetes import client
+
+pytestmark = pytest.mark.area("rayjob")
+
+
+def test_hangs_outside_any_wait(api, namespace):
+    client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": "evidence"}})
+    while True:  # a hang no typed wait bounds: only the hard cap per check ends it
+        time.sleep(1)  # poll-interval: stands for code stuck in a call
+
+
+def test_after_it_still_runs():
+    pass
+"""
+
+
+def test_the_hard_cap_per_check_turns_a_hang_into_an_error_with_diagnostics(
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    done, _, by_name = _run_suite(tmp_path, STUCK, run_dir, "--conformance-timeout", "check=20")
+    hung = by_name["test_hangs_outside_any_wait"]
+    assert hung["outcome"] == "error", done.stdout[-2000:]
+    assert "Timeout" in hung["reason"] and "20" in hung["reason"]
+    assert by_name["test_after_it_still_runs"]["outcome"] == "passed"
+    bundle = next((run_dir / "diagnostics").glob("*hangs-outside*"))
+    assert (bundle / "events.txt").exists()
+    assert _run_namespaces(local_cluster, run_dir.name) == []

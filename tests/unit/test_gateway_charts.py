@@ -23,9 +23,11 @@ from conformance.errors import ProvisioningError, UsageError
 from conformance.install import gateway, gateway_charts
 from conformance.install import kuberay as kuberay_install
 from conformance.kube.rayservice import address
+from conformance.kube.target import KubeTarget
 from conformance.providers.local import pins
 
-KUBECONFIG = Path("/tmp/krc-test-kubeconfig")
+# A context that is not the kubeconfig's current one: every helm call must name it.
+TARGET = KubeTarget(Path("/tmp/krc-test-kubeconfig"), "krc-test-context")
 
 # Records argv (and the values file's content) as one JSON line per call; `status` answers 0 for
 # the releases named in STANDIN_EXISTING; `template` prints one CRD; STANDIN_FAIL fails a verb.
@@ -101,14 +103,14 @@ def test_envoy_gateway_gets_its_own_crds_skips_the_bundled_ones_and_a_clusterip_
 
 def test_helm_argv_waits_and_names_the_repo_only_for_a_chart_repository() -> None:
     istiod = gateway_charts.plan("istio", "istio").releases[1]
-    argv = gateway_charts.upgrade_argv(istiod, KUBECONFIG, Path("/v.json"), 600)
+    argv = gateway_charts.upgrade_argv(istiod, TARGET, Path("/v.json"), 600)
     assert argv[:5] == ["helm", "upgrade", "--install", "istiod", "istiod"]
     assert argv[argv.index("--repo") + 1] == gateway_charts.ISTIO_REPO
     assert argv[argv.index("--version") + 1] == "1.28.3"
     assert argv[-3:] == ["--wait", "--timeout", "600s"]
     assert "--skip-crds" not in argv
     eg = gateway_charts.plan("envoy-gateway", "eg").releases[0]
-    argv = gateway_charts.upgrade_argv(eg, KUBECONFIG, Path("/v.json"), 90.5)
+    argv = gateway_charts.upgrade_argv(eg, TARGET, Path("/v.json"), 90.5)
     assert "--repo" not in argv and argv[-1] == "--skip-crds" and "90s" in argv
 
 
@@ -174,7 +176,7 @@ def test_the_environment_refuses_before_its_preflight(
 
 
 def _record(implementation: str = "envoy-gateway", class_name: str = "eg") -> gateway_charts.Installed:
-    return gateway_charts.begin(implementation, class_name, KUBECONFIG)
+    return gateway_charts.begin(implementation, class_name, TARGET)
 
 
 @pytest.fixture
@@ -223,6 +225,17 @@ def test_envoy_gateway_installs_in_order_and_records_what_it_made(
     assert [r.name for r in done.releases] == ["eg"] and done.class_made
     assert done.crds_made == ["gateways.gateway.networking.k8s.io", "envoyproxies.gateway.envoyproxy.io"]
     assert "installed by this run" in done.note()
+    _assert_every_cluster_call_names_the_context(standin_tools.calls(standins))
+
+
+def _assert_every_cluster_call_names_the_context(calls: list[dict]) -> None:
+    """helm reaches the cluster in every verb but `template`: each names kubeconfig and context."""
+    for call in calls:
+        if call["args"][0] == "template":
+            continue
+        args = call["args"]
+        assert args[args.index("--kubeconfig") + 1] == str(TARGET.kubeconfig), args
+        assert args[args.index("--kube-context") + 1] == TARGET.context, args
 
 
 def test_istio_passes_the_class_defaults_to_istiod(standins: Path, kube_steps: list[str]) -> None:
@@ -258,6 +271,7 @@ def test_uninstall_removes_only_what_was_made_newest_first(standins: Path) -> No
         ["uninstall", "istiod"],
         ["uninstall", "istio-base"],
     ]
+    _assert_every_cluster_call_names_the_context(standin_tools.calls(standins))
     nothing = _record()
     assert gateway_charts.uninstall(client.ApiClient(), nothing, 120) == []
     assert len(standin_tools.calls(standins)) == 2
@@ -281,4 +295,4 @@ def test_istios_hostname_address_is_used_when_there_is_no_ip() -> None:
 
 
 def test_the_crds_come_from_the_same_pin_as_on_the_local_provider() -> None:
-    assert gateway_charts.begin("istio", "istio", KUBECONFIG).crd_version == pins.GATEWAY_API == "v1.4.1"
+    assert gateway_charts.begin("istio", "istio", TARGET).crd_version == pins.GATEWAY_API == "v1.4.1"

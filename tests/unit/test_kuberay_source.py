@@ -234,9 +234,6 @@ def test_chart_sources_give_helm_a_folder_or_a_repository_and_version(tmp_path: 
     assert kuberay_chart.ChartSource(directory=tmp_path).args() == [str(tmp_path)]
     repo = kuberay_chart.ChartSource.repository("v1.7.0")
     assert repo.args() == ["kuberay-operator", "--repo", kuberay.HELM_REPO, "--version", "1.7.0"]
-    target = kuberay_chart.Target(Path("/k"), "ctx")
-    assert target.flags() == ["--kubeconfig", "/k", "--kube-context", "ctx"]
-    assert kuberay_chart.Target(Path("/k")).flags() == ["--kubeconfig", "/k"]
 
 
 def test_kustomize_output_gets_the_gates_merged_our_label_and_never_pulls() -> None:

@@ -91,7 +91,7 @@ def test_a_wrongly_typed_field_is_named(tmp_path: Path) -> None:
     text = (profiles.BUNDLED / "default.yaml").read_text().replace("count: 2", "count: two")
     path = tmp_path / "p.yaml"
     path.write_text(text)
-    with pytest.raises(UsageError, match=r"gpu\.count must be a whole number"):
+    with pytest.raises(UsageError, match=r"gpu\.count: must be a whole number, not .two."):
         profiles.load(str(path))
 
 
@@ -150,6 +150,6 @@ def test_a_profile_keeps_the_head_inside_unless_it_says_otherwise(tmp_path: Path
     path.write_text(
         (profiles.BUNDLED / "default.yaml").read_text() + "exposure: {head_service_type: Public}\n"
     )
-    with pytest.raises(UsageError, match=r"exposure\.head_service_type is 'Public'") as caught:
+    with pytest.raises(UsageError, match=r"exposure\.head_service_type: .Public. is not one") as caught:
         profiles.load(str(path))
     assert "NodePort" in caught.value.fix

@@ -66,8 +66,9 @@ def check_ranges_free(network: Network) -> None:
         for net in ours:
             if net.overlaps(theirs):
                 raise UsageError(
-                    f"address range {net} is already routed on this host ({theirs})",
-                    "choose free ranges with KRC_LINK_CIDR/KRC_POD_CIDR/KRC_SERVICE_CIDR",
+                    f"address range {net} is already routed on this host ({theirs}); the local "
+                    f"provider needs {', '.join(str(n) for n in ours)} free",
+                    f"remove the route to {theirs} (`ip route`) or run on a host where those ranges are free",
                 )
 
 

@@ -22,12 +22,13 @@ from urllib.parse import urlparse
 import requests
 import urllib3
 import yaml
-from kubernetes import client, config, dynamic, watch
+from kubernetes import client, dynamic, watch
 from kubernetes.client.exceptions import ApiException
 
 from conformance import interrupts
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import storage
+from conformance.kube.target import KubeTarget, api_client
 from conformance.kube.wait import wait_for
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
@@ -305,7 +306,7 @@ class LocalProvider:
         return reply.status_code == 200
 
     def _api(self) -> client.ApiClient:
-        return config.new_client_from_config(str(self.state.admin_kubeconfig))
+        return api_client(KubeTarget(self.state.admin_kubeconfig))
 
     def _apply_bootstrap_objects(self) -> None:
         """Server-side apply, so a repeated `up` converges instead of tripping over what exists."""

@@ -1,0 +1,92 @@
+"""`kuberay-conformance list`: the checks a run would make, with areas, preconditions and markers.
+
+It is a pytest collection (`--collect-only`) of the suites under the plugin, which then prepares
+nothing: no cluster is made, reached or changed, and no run folder is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conformance.errors import HarnessError, UsageError
+from conformance.plugin import _area, _issues
+
+# Markers every check has or that only the harness uses; the rest are worth showing.
+_PLAIN_MARKERS = {"area", "requires", "kuberay_issue", "parametrize", "usefixtures", "timeout"}
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    area: str
+    requires: tuple[str, ...]
+    issues: tuple[int, ...]
+    markers: tuple[str, ...]
+
+
+class _Collector:
+    """A pytest plugin that keeps what was collected and what could not be."""
+
+    def __init__(self) -> None:
+        self.checks: list[Check] = []
+        self.errors: list[str] = []
+
+    @pytest.hookimpl(trylast=True)  # after the conformance plugin's --area selection
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            needs = tuple(str(n) for m in item.iter_markers("requires") for n in m.args)
+            others = {m.name for m in item.iter_markers()} - _PLAIN_MARKERS
+            self.checks.append(
+                Check(
+                    id=item.nodeid,
+                    area=_area(item),
+                    requires=needs,
+                    issues=tuple(_issues(item)),
+                    markers=tuple(sorted(n for n in others if not n.startswith("allure"))),
+                )
+            )
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.errors.append(f"{report.nodeid}: {str(report.longrepr).strip().splitlines()[-1]}")
+
+
+def collect(
+    profile: str, areas: tuple[str, ...], ray_versions: tuple[str, ...], keyword: str | None
+) -> list[Check]:
+    rootdir = Path(__file__).resolve().parent.parent  # check ids read conformance/suites/test_x.py::name
+    args = [f"--rootdir={rootdir}", "--pyargs", "conformance.suites", "--collect-only"]
+    args += ["-p", "no:cacheprovider", "-p", "no:terminal"]
+    args += ["--conformance-provider", "local", "--conformance-profile", profile]
+    for area in areas:
+        args += ["--conformance-area", area]
+    for version in ray_versions:
+        args += ["--conformance-ray-version", version]
+    if keyword:
+        args += ["-k", keyword]
+    collector = _Collector()
+    code = pytest.main(args, plugins=[collector])
+    if code == pytest.ExitCode.USAGE_ERROR:
+        raise UsageError("the selection is not valid", "see the message above")
+    if collector.errors or code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        problems = "; ".join(collector.errors) or f"pytest exit {int(code)}"
+        raise HarnessError(f"the suites could not be collected: {problems}", "a harness bug: report it")
+    return collector.checks
+
+
+def lines(checks: list[Check]) -> list[str]:
+    width = max((len(c.area) for c in checks), default=4)
+    out = []
+    for check in checks:
+        extra = [
+            f"requires {', '.join(check.requires)}" if check.requires else "",
+            " ".join(f"kuberay#{n}" for n in check.issues),
+            f"markers {', '.join(check.markers)}" if check.markers else "",
+        ]
+        out.append(f"{check.area:<{width}}  {check.id}  {'  '.join(e for e in extra if e)}".rstrip())
+    areas = sorted({c.area for c in checks})
+    out.append(f"{len(checks)} checks in {len(areas)} areas ({', '.join(areas)})")
+    return out
