@@ -27,6 +27,10 @@ class KubeRaySettings:
     feature_gates: dict[str, bool]
 
 
+# What every Ray pod of the suites requests, whatever its limits (the profile's `resources`): small,
+# so a head and two workers fit a 2-core node. The scheduler reserves this much per pod.
+POD_REQUESTS = {"cpu": "100m", "memory": "512Mi"}
+
 HEAD_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 # How the Gateway API implementation gets there (see conformance/install/gateway*.py).
 GATEWAY_INSTALLS = ("local-build", "istio", "envoy-gateway", "existing")
