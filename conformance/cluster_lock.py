@@ -101,9 +101,9 @@ class ClusterLock:
         if not self._try_once():
             if not wait:
                 raise self._refusal()
-            with progress("waiting for the cluster lock") as line:
+            with progress(f"waiting for the cluster lock held by {self._holder_text()}") as line:
                 while not self._try_once():
-                    line.update(f"held by {self._last_holder.describe()}" if self._last_holder else "")
+                    line.update(f"now held by {self._holder_text()}")
                     time.sleep(WAIT_POLL_S)  # poll-interval: a Lease has no event worth watching for
         self._renewer = threading.Thread(target=self._renew_loop, name="cluster-lock-renewer", daemon=True)
         self._renewer.start()
@@ -150,11 +150,13 @@ class ClusterLock:
         return True
 
     def _refusal(self) -> LockHeld:
-        who = self._last_holder.describe() if self._last_holder else "another run"
         return LockHeld(
-            f"the cluster is in use by {who} (Lease {NAMESPACE}/{NAME})",
+            f"the cluster is in use by {self._holder_text()} (Lease {NAMESPACE}/{NAME})",
             "wait for it with --wait-for-lock, or run on another cluster",
         )
+
+    def _holder_text(self) -> str:
+        return self._last_holder.describe() if self._last_holder else "another run"
 
     def _ensure_namespace(self) -> None:
         core = client.CoreV1Api(self.api)

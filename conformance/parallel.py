@@ -87,17 +87,30 @@ def secrets_of(report: pytest.TestReport) -> dict[str, str]:
 # -- stopping workers -------------------------------------------------------------------
 
 
-def stop(pids: list[int], grace_s: float = STOP_GRACE_S) -> list[int]:
-    """SIGTERM each worker once and wait for it to exit; returns the PIDs still there after `grace_s`."""
+def stop(pids: list[int], folder: Path, grace_s: float = STOP_GRACE_S) -> list[int]:
+    """SIGTERM each worker once and wait until it has cleaned up (`mark_done`) or exited.
+
+    Returns the PIDs that did neither within `grace_s`. A worker that finished its session
+    stays alive until xdist closes its channel, so its mark, not its exit, is what counts.
+    """
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    alive = [pid for pid in pids if running(pid)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.2)  # poll-interval: there is no event for another process's exit
-        alive = [pid for pid in alive if running(pid)]
-    return alive
+
+    def busy(pid: int) -> bool:
+        return running(pid) and not (folder / f"done-{pid}").exists()
+
+    left = [pid for pid in pids if busy(pid)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)  # poll-interval: there is no event for another process's cleanup
+        left = [pid for pid in left if busy(pid)]
+    return left
+
+
+def mark_done(folder: Path) -> None:
+    """In a worker, once its session is over (every fixture torn down): nothing of it is left to wait for."""
+    (folder / f"done-{os.getpid()}").touch()
 
 
 def running(pid: int) -> bool:

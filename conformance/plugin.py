@@ -184,7 +184,12 @@ class ConformanceRun:
             except cluster_lock.LockHeld as exc:
                 pytest.exit(exc.one_line(), returncode=EXIT_ENVIRONMENT)
         if self.controller:
-            self._prepare_timed()
+            try:
+                self._prepare_timed()
+            except BaseException:
+                # Interrupted before the session began: pytest calls no sessionfinish, so clean up here.
+                self.pytest_sessionfinish(session, pytest.ExitCode.INTERRUPTED)
+                raise
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Prepare before the first check, so no check's duration includes the bring-up."""
@@ -398,14 +403,15 @@ class ConformanceRun:
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """Before xdist's teardown kills them: let every worker end its check and clean up."""
         if self.controller and self.worker_pids:
-            left = parallel.stop(self.worker_pids)
+            left = parallel.stop(self.worker_pids, self.options.run_dir / TURNS)
             if left:
                 self.crashed.append(f"workers {left} did not stop within {parallel.STOP_GRACE_S} s")
 
     @pytest.hookimpl(trylast=True)  # after junitxml has written junit.xml, which is searched too
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.worker:
-            return  # the controller writes the run's files and tears the environment down
+        if self.worker:  # the controller writes the run's files and tears the environment down
+            parallel.mark_done(self.options.run_dir / TURNS)
+            return
         try:
             self._finish(session, exitstatus)
         finally:
