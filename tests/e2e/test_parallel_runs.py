@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from test_plugin_outcomes import SUITE
 
 from conformance import cluster_lock
 from conformance.plugin import RUN_LABEL
@@ -79,33 +80,12 @@ def both_workers_run_at_once():
         time.sleep(0.2)  # poll-interval
 """
 
-OUTCOMES = """
+# The outcome kinds of test_plugin_outcomes.py's suite, and more to spread over two workers.
+OUTCOMES = (
+    SUITE
+    + """
 import time
-import pytest
-from kubernetes import client
-from conformance.kube.wait import WaitTimeout
 from conformance.plugin import RUN_KEY
-
-pytestmark = pytest.mark.area("raycluster")
-
-
-def test_passes(metrics):
-    metrics["answer_s"] = 4.2
-
-
-def test_fails(api, namespace):
-    client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": "evidence"}})
-    assert 1 + 1 == 3, "the system under test misbehaved"
-
-
-@pytest.mark.kuberay_issue(1141)
-def test_errors(namespace):
-    raise WaitTimeout("a precondition", 1, "never seen")
-
-
-@pytest.mark.requires("gate:RayCronJob")
-def test_not_applicable():
-    raise AssertionError("must not run")
 
 
 def test_skipped():
@@ -125,6 +105,7 @@ def test_leaks_its_secret(request, timeline):
     request.config.stash[RUN_KEY].keep_secret(request.node.nodeid, secret)
     timeline.autoscaling(f"a title holding {secret}").replicas("g", 1)
 """
+)
 
 EXCLUSIVE = """
 import time
