@@ -7,6 +7,12 @@ Outcomes are classified as summary.json wants them: an AssertionError in a check
 conformance failure; any other exception (a wait that timed out, an API error, a
 provisioning error) is an error of the environment or harness; a skip whose reason
 starts with "not applicable:" is not applicable.
+
+With pytest-xdist (`-n N`, what `run --workers` passes) the same class runs in the controller
+and in every worker, in different roles (parallel.py): the controller takes the cluster lock
+(cluster_lock.py), prepares and tears down, and writes every file of the run from the results
+the workers' reports carry; a worker attaches, runs checks under the run's exclusive lock
+(exclusive.py) and records results only to send them.
 """
 
 from __future__ import annotations
