@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import multiprocessing
+import subprocess
+import sys
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -106,3 +108,19 @@ def test_a_lock_is_stale_only_after_its_holder_stopped_renewing_for_the_stated_t
     assert not Holder("r", "h", "s", renewed).stale(now, after_s=60)
     assert Holder("r", "h", "s", now - datetime.timedelta(seconds=61)).stale(now, after_s=60)
     assert Holder("r", "h", "s", None).stale(now)
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many"])
+def test_a_bad_worker_count_is_a_usage_error_before_anything_runs(bad: str, tmp_path: Path) -> None:
+    cli = Path(sys.executable).parent / "kuberay-conformance"
+    done = subprocess.run(
+        [str(cli), "run", "--workers", bad, "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    (line,) = done.stderr.splitlines()
+    assert "--workers" in line and "auto" in line
+    assert not (tmp_path / "run").exists()
