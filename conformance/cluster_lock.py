@@ -198,7 +198,8 @@ class ClusterLock:
                         f"(the Lease was {'deleted' if exc.status == 404 else 'changed'} by someone else)"
                     )
                     return
-                # A passing API error: the next tick tries again, well inside STALE_AFTER_S.
+            except Exception:  # noqa: BLE001 - a passing API or network error: the next tick tries
+                pass  # again, and STALE_AFTER_S leaves room for three missed ones
 
     def renew(self) -> None:
         patch = {
