@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", default="auto", help="auto or a number (as `run --workers`)")
     parser.add_argument("--area", action="append", required=True, help="an area to run (repeatable)")
     parser.add_argument("-k", default="", help="only checks matching this pytest -k expression")
+    parser.add_argument("--note", action="append", default=[], help="a sentence to keep with the figures")
     return parser
 
 
@@ -110,6 +111,7 @@ def figures(summary: dict, wall: float, exit_code: int, peak_gib: float, args: a
             if t["outcome"] not in ("passed", "not_applicable")
         },
         "versions": summary["versions"],
+        "notes": args.note,
     }
 
 
@@ -140,6 +142,7 @@ def render(everything: dict) -> str:
         for check, why in everything[m]["not_passed"].items()
     ]
     same = len({everything[m]["verdict"] for m in modes}) == 1
+    notes = [f"- {note}" for note in dict.fromkeys(n for m in modes for n in everything[m].get("notes", []))]
     return "\n".join(
         [
             "## Parallel runs (`run --workers`, a subset of the main job)",
@@ -155,6 +158,7 @@ def render(everything: dict) -> str:
             "",
             "Same verdict in every column: " + ("yes." if same else "**no**."),
             *(["", "Checks that did not pass:", *not_passed] if not_passed else []),
+            *(["", "Notes:", *notes] if notes else []),
         ]
     )
 
