@@ -7,6 +7,7 @@ BIN         := $(VENV)/bin
 CLI         := $(BIN)/kuberay-conformance
 PROVIDER    ?= local
 PROFILE     ?= default
+WORKERS     ?= auto
 PYTEST_ARGS ?=
 RUN_ARGS    ?=
 KUBERAY_SOURCE ?=
@@ -18,7 +19,7 @@ RUN_DIR     ?= reports/latest
 .PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status report lint bench
 
 help:
-	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER) (writes reports/<run-id>/)"
+	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER), WORKERS=$(WORKERS) at once (writes reports/<run-id>/)"
 	@echo "                    KUBERAY_SOURCE=DIR: KubeRay built from that checkout, with its own chart"
 	@echo "make test           the harness's own tests: unit + end-to-end on the local provider"
 	@echo "make unit           unit tests only (no cluster, no root)"
@@ -56,10 +57,11 @@ test: host-deps venv
 	@$(BIN)/pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The main job: exit 0 conformant, 1 conformance failures, 2 harness/environment errors, 3 usage.
+# The main job: exit 0 conformant, 1 conformance failures, 2 harness/environment errors (also: another
+# run holds the cluster), 3 usage. WORKERS=N|auto checks at once (auto: what the cluster can hold).
 # kind and eks clusters need none of the local provider's host packages (and CI runners are not root).
 conformance: $(if $(filter local,$(PROVIDER)),host-deps) venv
-	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) $(if $(KUBERAY_SOURCE),--kuberay-source $(KUBERAY_SOURCE)) $(RUN_ARGS)
+	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) --workers $(WORKERS) $(if $(KUBERAY_SOURCE),--kuberay-source $(KUBERAY_SOURCE)) $(RUN_ARGS)
 
 cluster-up: host-deps venv
 	$(CLI) cluster up --provider local

@@ -18,12 +18,12 @@ from typing import NoReturn
 import click
 import pytest
 
-from conformance import interrupts, profiles
+from conformance import capacity, cluster_lock, interrupts, profiles
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.providers import PROVIDERS, get_provider
 from conformance.report import summary
-from conformance.report.summary import AREAS, new_run_id
+from conformance.report.summary import AREAS, new_run_id, now
 from conformance.timeouts import Timeouts
 
 
@@ -171,6 +171,37 @@ def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> N
     guarded(action)
 
 
+class WorkerCount(click.ParamType):
+    """`auto` or a whole number of at least 1."""
+
+    name = "N|auto"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if text == "auto" or (text.isdigit() and int(text) >= 1):
+            return text
+        self.fail(f"{text!r} is neither auto nor a whole number of at least 1", param, ctx)
+
+
+def _worker_count(requested: str, environment: Environment, api: object | None) -> int:
+    """The number of pytest-xdist workers; `auto` asks what the cluster can hold (capacity.py)."""
+    if requested != "auto":
+        return int(requested)
+    if api is not None:
+        room = capacity.room_in_cluster(api)  # type: ignore[arg-type]
+    elif environment.options.provider == "local":
+        room = capacity.room_on_this_machine()
+    else:
+        click.echo("workers: 1 (auto: the cluster is not made yet, so its room is unknown)", err=True)
+        return 1
+    count = capacity.workers_for(room, environment.options.profile)
+    cpu, memory = capacity.per_check(environment.options.profile)
+    free = f"{room.cpu:.1f} CPU and {room.memory / 2**30:.1f} GiB free on {room.source}"
+    takes = f"a check takes {cpu:.1f} CPU requested and {memory / 2**30:.1f} GiB of limits"
+    click.echo(f"workers: {count} (auto: {free}; {takes})", err=True)
+    return count
+
+
 @main.command("run")
 @provider_option
 @click.option(
@@ -206,6 +237,19 @@ def cluster_env(provider: str, kubeconfig: str | None, context: str | None) -> N
     default=None,
     help="The version of the --kuberay-source checkout, where its files do not say it (vX.Y.Z).",
 )
+@click.option(
+    "--workers",
+    type=WorkerCount(),
+    default="auto",
+    show_default=True,
+    help="Checks run at once (pytest-xdist workers). auto: what the cluster's free CPU and memory hold "
+    "of a head and two workers each, at least 1. Exclusive checks always run alone.",
+)
+@click.option(
+    "--wait-for-lock",
+    is_flag=True,
+    help="If another run holds the cluster, wait for it to end instead of refusing (exit 2).",
+)
 def run_command(
     provider: str,
     profile: str,
@@ -220,28 +264,12 @@ def run_command(
     run_dir: str | None,
     kuberay_source: str | None,
     kuberay_version: str | None,
+    workers: str,
+    wait_for_lock: bool,
 ) -> None:
     """Run the conformance suites and write reports/<run-id>/ (summary.json, junit.xml, allure-results/)."""
 
-    def action() -> int:
-        loaded = profiles.load(profile)  # bad input is refused here, before anything is provisioned
-        overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
-        loaded.timeouts.with_overrides(overrides)
-        loaded.check_ray_versions(ray_versions)
-        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
-        check_run_dir(target)
-        Environment(
-            RunOptions(
-                provider=provider,
-                profile=loaded,
-                run_dir=Path("."),
-                run_id="check",
-                kubeconfig=kubeconfig,
-                context=context,
-                kuberay_source=kuberay_source,
-                kuberay_version=kuberay_version,
-            )
-        ).check_input()
+    def pytest_args(target: Path) -> list[str]:
         # The repository as rootdir, so check ids read conformance/suites/test_x.py::name.
         rootdir = Path(__file__).resolve().parent.parent
         args = [
@@ -274,6 +302,7 @@ def run_command(
         for flag, on in (
             ("--conformance-keep-failed", keep_failed),
             ("--conformance-keep-cluster", keep_cluster),
+            ("--conformance-wait-for-lock", wait_for_lock),
         ):
             if on:
                 args.append(flag)
@@ -283,7 +312,41 @@ def run_command(
             args += ["--conformance-context", context]
         if keyword:
             args += ["-k", keyword]
-        code = pytest.main(args)
+        return args
+
+    def action() -> int:
+        loaded = profiles.load(profile)  # bad input is refused here, before anything is provisioned
+        overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
+        loaded.timeouts.with_overrides(overrides)
+        loaded.check_ray_versions(ray_versions)
+        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
+        check_run_dir(target)
+        environment = Environment(
+            RunOptions(
+                provider=provider,
+                profile=loaded,
+                run_dir=target,
+                run_id=target.name,
+                kubeconfig=kubeconfig,
+                context=context,
+                kuberay_source=kuberay_source,
+                kuberay_version=kuberay_version,
+            )
+        )
+        environment.check_input()
+        # One run per cluster: the lock is taken before anything changes. A cluster that does not
+        # answer yet has no holder; the plugin takes the lock as soon as it does.
+        api = environment.reachable_api()
+        if api is not None:
+            cluster_lock.claim(api, target.name, now(), wait=wait_for_lock)
+        try:
+            args = pytest_args(target)
+            count = _worker_count(workers, environment, api)
+            if count > 1:  # worksteal: checks take minutes; an idle worker takes over a busy one's queue
+                args += ["-n", str(count), "--dist", "worksteal"]
+            code = pytest.main(args)
+        finally:
+            cluster_lock.release(target.name)
         if code == pytest.ExitCode.USAGE_ERROR:
             return EXIT_USAGE
         summary_path = target / "summary.json"

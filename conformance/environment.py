@@ -7,6 +7,7 @@ capabilities detected. Any failure here is the environment's, and is reported as
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,12 +145,15 @@ class Environment:
             )
             self.source.check()
 
-    def prepare(self) -> None:
+    def prepare(self, claim: Callable[[client.ApiClient], None] = lambda api: None) -> None:
+        """Bring everything up; `claim(api)` runs once the cluster answers, before anything is installed
+        (the cluster lock: a run that found the cluster running has taken it before calling this)."""
         self.check_input()
         existed = self.provider.status().exists
         self.cluster = self.provider.up()
         self._made_cluster = not existed
         self.api = api_client(self.cluster.target)
+        claim(self.api)
         self._install_kuberay()
         self._install_gateway()
         self._provide_images()
@@ -161,6 +165,42 @@ class Environment:
             simulated_gpus=bool(self.cluster.facts.get("simulated_gpus")),
             gpu_resource=self.options.profile.gpu.resource,
         )
+
+    def reachable_api(self) -> client.ApiClient | None:
+        """A client for the cluster if it exists and answers, found without changing anything."""
+        if not self.provider.status().exists:
+            return None
+        cluster = getattr(self.provider, "cluster", None)
+        # Providers without a read-only `cluster()` (existing) check reachability in `up`, changing nothing.
+        made = cluster() if cluster is not None else self.provider.up()
+        try:
+            api = api_client(made.target)
+            client.VersionApi(api).get_code(_request_timeout=10)
+        except Exception:  # noqa: BLE001 - not answering: `prepare` brings it up (or says why not)
+            return None
+        return api
+
+    def snapshot(self) -> dict[str, Any]:
+        """What another process of this run needs to `attach` to the prepared environment."""
+        return {
+            "cluster": self.cluster,
+            "capabilities": self.capabilities,
+            "operator": self.operator,
+            "operator_spec": self.operator_spec,
+            "promised": self.promised,
+            "notes": list(self.notes),
+        }
+
+    def attach(self, snapshot: dict[str, Any]) -> None:
+        """Use an environment another process prepared; installs nothing, and `teardown` is not ours."""
+        self.cluster = snapshot["cluster"]
+        self.capabilities = snapshot["capabilities"]
+        self.operator = snapshot["operator"]
+        self.operator_spec = snapshot["operator_spec"]
+        self.promised = snapshot["promised"]
+        self.notes = list(snapshot["notes"])
+        assert self.cluster is not None
+        self.api = api_client(self.cluster.target)
 
     def _install_kuberay(self) -> None:
         from conformance.install import kuberay, kuberay_chart  # noqa: PLC0415 - the local build machinery

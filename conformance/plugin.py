@@ -7,6 +7,12 @@ Outcomes are classified as summary.json wants them: an AssertionError in a check
 conformance failure; any other exception (a wait that timed out, an API error, a
 provisioning error) is an error of the environment or harness; a skip whose reason
 starts with "not applicable:" is not applicable.
+
+With pytest-xdist (`-n N`, what `run --workers` passes) the same class runs in the controller
+and in every worker, in different roles (parallel.py): the controller takes the cluster lock
+(cluster_lock.py), prepares and tears down, and writes every file of the run from the results
+the workers' reports carry; a worker attaches, runs checks under the run's exclusive lock
+(exclusive.py) and records results only to send them.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,10 +33,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conformance import profiles, progress
+from conformance import cluster_lock, exclusive, parallel, profiles, progress
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
-from conformance.errors import HarnessError
+from conformance.errors import EXIT_ENVIRONMENT, HarnessError
 from conformance.kube import diagnostics
 from conformance.report import build as report_build
 from conformance.report import secrets, timelines
@@ -41,6 +48,7 @@ NOT_APPLICABLE = "not applicable: "
 RUN_LABEL = "kuberay-conformance.io/run-id"
 KUBERAY_ISSUE_URL = "https://github.com/ray-project/kuberay/issues/{}"
 RUN_KEY = pytest.StashKey["ConformanceRun"]()
+TURNS = ".turns"  # the lock files of a parallel run's checks, inside the run folder (exclusive.py)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,6 +74,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the version of the --conformance-kuberay-source checkout, where its files do not say it",
     )
     group.addoption(
+        "--conformance-wait-for-lock",
+        action="store_true",
+        help="wait for another run's hold on the cluster to end, instead of refusing",
+    )
+    group.addoption(
         "--conformance-timeout",
         action="append",
         default=[],
@@ -80,6 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "requires(*needs): preconditions (gpu, gateway_api, gate:X, kuberay>=V)"
     )
+    config.addinivalue_line("markers", exclusive.MARKER_HELP)
     provider = config.getoption("--conformance-provider", default=None)
     if provider:
         try:
@@ -88,6 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"kuberay-conformance: {exc.one_line()}") from None
         config.stash[RUN_KEY] = run
         config.pluginmanager.register(run, "kuberay-conformance-run")
+        if run.controller:
+            config.pluginmanager.register(XdistController(run), "kuberay-conformance-xdist")
         progress.route_lines_to(_terminal_line_writer(config))
 
 
@@ -95,8 +111,16 @@ class ConformanceRun:
     """The state of one conformance run inside a pytest session."""
 
     def __init__(self, config: pytest.Config, provider: str) -> None:
+        # A worker of a parallel run (pytest-xdist) is one of several processes of one run: the
+        # controller made the run's id and folder, prepared the environment and sends its state.
+        self.config = config
+        self.worker = parallel.is_worker(config)
+        self.controller = parallel.is_controller(config)
+        state = parallel.unpack(config) if self.worker else {}
         run_id = new_run_id()
-        run_dir = Path(config.getoption("--conformance-run-dir") or Path("reports") / run_id)
+        run_dir = Path(
+            state.get("run_dir") or config.getoption("--conformance-run-dir") or Path("reports") / run_id
+        )
         overrides = dict(Timeouts.parse_override(t) for t in config.getoption("--conformance-timeout"))
         self.options = RunOptions(
             provider=provider,
@@ -117,7 +141,7 @@ class ConformanceRun:
         self.environment = Environment(self.options)
         self.summary = Summary(
             run_id=self.options.run_id,
-            started=now(),
+            started=state.get("started") or now(),
             provider=provider,
             profile=self.options.profile.name,
             versions={},
@@ -132,8 +156,19 @@ class ConformanceRun:
         # Secrets a check saw (a cluster's auth token), in memory only: no file of the finished
         # run may hold one. Value -> the check that registered it.
         self.secrets: dict[str, str] = {}
-        self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         self.collect_only = bool(config.option.collectonly)
+        self._unsent_secrets: dict[str, str] = {}  # a worker's, until a report carries them
+        self.wait_for_lock = bool(config.getoption("--conformance-wait-for-lock"))
+        self.lock: cluster_lock.ClusterLock | None = None
+        self.worker_pids: list[int] = []
+        self.crashed: list[str] = []
+        self.turn = exclusive.ClusterTurn(self.options.run_dir / TURNS) if self.worker else None
+        self._previous_sigterm = signal.getsignal(signal.SIGTERM)
+        if self.worker:
+            parallel.stop_once_on_signal()
+            self._attach(state)
+        else:
+            signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
 
     # -- collection -------------------------------------------------------------------
 
@@ -151,6 +186,7 @@ class ConformanceRun:
             items[:] = [item for item in items if _area(item) in wanted]
             config.hook.pytest_deselected(items=deselected)
         cap = self.options.timeouts.check
+        exclusive.exclusive_last(items)
         for item in items:
             area = _area(item)
             if item.get_closest_marker("timeout") is None:  # pytest-timeout: a hang becomes an error
@@ -163,19 +199,68 @@ class ConformanceRun:
 
     # -- environment ------------------------------------------------------------------
 
+    @pytest.hookimpl(tryfirst=True)  # before xdist starts its workers
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Take the cluster lock before anything changes; a parallel run prepares here, once."""
+        if self.worker or self.collect_only:
+            return
+        api = self.environment.reachable_api()
+        if api is not None:
+            try:
+                self._claim(api)
+            except cluster_lock.LockHeld as exc:
+                pytest.exit(exc.one_line(), returncode=EXIT_ENVIRONMENT)
+        if self.controller:
+            try:
+                self._prepare_timed()
+            except BaseException:
+                # Interrupted before the session began: pytest calls no sessionfinish, so clean up here.
+                self.pytest_sessionfinish(session, pytest.ExitCode.INTERRUPTED)
+                raise
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Prepare before the first check, so no check's duration includes the bring-up."""
-        if not session.items or self.collect_only:
-            return  # --collect-only lists checks; it must never make a cluster (on EKS, a paid one)
+        if not session.items or self.collect_only or self.worker:
+            # --collect-only lists checks; it must never make a cluster (on EKS, a paid one).
+            # A worker attaches to what the controller prepared.
+            return
+        self._prepare_timed()
+
+    def _prepare_timed(self) -> None:
         started = time.monotonic()
         with contextlib.suppress(Exception):  # recorded; every check then errors with the cause
             self.ensure_prepared()
         self.summary.environment["prepare_s"] = round(time.monotonic() - started, 1)
 
+    def _claim(self, api: client.ApiClient) -> None:
+        self.lock = cluster_lock.claim(api, self.options.run_id, self.summary.started, self.wait_for_lock)
+
+    def _attach(self, state: dict[str, Any]) -> None:
+        """A worker uses the environment the controller prepared, or fails every check with its cause."""
+        if state.get("prepare_error") is not None:
+            self._prepared, self._prepare_error = False, HarnessError(state["prepare_error"])
+        elif state.get("environment") is not None:
+            self.environment.attach(state["environment"])
+            self._prepared = True
+
+    def worker_state(self) -> str:
+        """What the controller gives each worker (see parallel.py)."""
+        error = self._prepare_error
+        return parallel.pack(
+            {
+                "run_dir": str(self.options.run_dir),
+                "started": self.summary.started,
+                "environment": self.environment.snapshot() if self._prepared else None,
+                "prepare_error": (error.args[0] if error and error.args else repr(error)) if error else None,
+            }
+        )
+
     def ensure_prepared(self) -> Environment:
+        if self._prepared is None and self.worker:
+            raise HarnessError("this worker got no environment from the controller")
         if self._prepared is None:
             try:
-                self.environment.prepare()
+                self.environment.prepare(claim=self._claim)
                 self._prepared = True
                 self._record_environment()
             except BaseException as exc:
@@ -240,6 +325,21 @@ class ConformanceRun:
             if why:
                 pytest.skip(NOT_APPLICABLE + why)
 
+    # -- running alone or beside others ------------------------------------------------
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        """In a parallel run, setup, call and teardown of a check hold the run's lock (exclusive.py)."""
+        if self.turn is None:
+            yield
+            return
+        with self.turn.hold(exclusive.is_exclusive(item)):
+            yield
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self.worker:
+            worker_say(self.config, f"started {_check_name(nodeid)}")
+
     # -- results ----------------------------------------------------------------------
 
     @pytest.hookimpl(hookwrapper=True)
@@ -248,6 +348,13 @@ class ConformanceRun:
         report: pytest.TestReport = outcome.get_result()
         setattr(item, f"rep_{report.when}", report)
         self._record(item, report, call)
+        if self.worker:  # the controller writes the run's files: the result travels with the report
+            parallel.attach_result(report, self.results[item.nodeid], self._unsent_secrets)
+            self._unsent_secrets = {}
+            if report.when == "teardown":
+                done = self.results[item.nodeid]
+                name = _check_name(item.nodeid)
+                worker_say(self.config, f"finished {name}: {done.outcome} in {done.duration_s:.1f}s")
 
     def _record(self, item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
         result = self.results.get(item.nodeid)
@@ -283,12 +390,34 @@ class ConformanceRun:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A rerun plugin (pytest-rerunfailures) turns a failed attempt into "rerun" after it was
         recorded above: the check starts afresh, and a pass on a later attempt is flaky."""
+        if self.controller:
+            self._adopt(report)
         result = self.results.get(report.nodeid)
         if report.outcome != "rerun" or result is None:
             return
         result.attempts += 1
         result.reason = f"attempt {result.attempts - 1}: {result.reason}"
         result.outcome, result.details = "passed", ""
+
+    def _adopt(self, report: pytest.TestReport) -> None:
+        """The controller takes a worker's result as the worker last recorded it."""
+        self.secrets.update(parallel.secrets_of(report))
+        result = parallel.result_of(report)
+        if result is None:  # xdist's own report of a worker that died while running the check
+            if report.failed:
+                self._record_crash(report)
+            return
+        self.results[report.nodeid] = result
+        if report.when == "call" or not report.passed:
+            self._settled.add(report.nodeid)
+
+    def _record_crash(self, report: pytest.TestReport) -> None:
+        reason = str(report.longrepr).splitlines()[0] if report.longrepr else "a worker crashed"
+        self.crashed.append(reason)
+        result = self.results.get(report.nodeid)
+        if result is not None:  # its setup was reported: the check is known, and nothing was observed
+            result.outcome, result.reason = "error", reason
+            self._settled.add(report.nodeid)
 
     def _collect_diagnostics(
         self, item: pytest.Item | pytest.Collector, api: client.ApiClient, namespace: str
@@ -302,11 +431,28 @@ class ConformanceRun:
                 str(path), name=str(path.relative_to(out)), attachment_type=allure.attachment_type.TEXT
             )
 
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Before xdist's teardown kills them: let every worker end its check and clean up."""
+        if self.controller and self.worker_pids:
+            left = parallel.stop(self.worker_pids, self.options.run_dir / TURNS)
+            if left:
+                self.crashed.append(f"workers {left} did not stop within {parallel.STOP_GRACE_S} s")
+
     @pytest.hookimpl(trylast=True)  # after junitxml has written junit.xml, which is searched too
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.collect_only:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             return  # nothing ran and nothing was made: no results, no teardown
+        if self.worker:  # the controller writes the run's files and tears the environment down
+            parallel.mark_done(self.options.run_dir / TURNS)
+            return
+        try:
+            self._finish(session, exitstatus)
+        finally:
+            self._release_lock()
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _finish(self, session: pytest.Session, exitstatus: int) -> None:
         interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
         for nodeid, result in self.results.items():
             result.metrics = dict(self._metrics.get(nodeid, result.metrics))
@@ -319,16 +465,33 @@ class ConformanceRun:
         problems = self.environment.teardown()
         if problems:
             self.summary.environment["teardown_problems"] = problems
+        self._record_run_shape()
+        shutil.rmtree(self.options.run_dir / TURNS, ignore_errors=True)
         self.summary.write(self.options.run_dir)
         self._build_reports()
         if self._fail_checks_whose_secret_leaked():
             self.summary.write(self.options.run_dir)
             self._build_reports()
-        signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _record_run_shape(self) -> None:
+        """How the run ran: worker processes, the cluster lock, workers lost on the way."""
+        workers = getattr(self.config.option, "numprocesses", None) if self.controller else None
+        self.summary.environment["workers"] = int(workers or 1)
+        notes = self.summary.environment.setdefault("notes", [])
+        assert isinstance(notes, list)
+        if self.lock is not None:
+            notes += self.lock.notes
+        notes += self.crashed
+
+    def _release_lock(self) -> None:
+        with contextlib.suppress(Exception):  # the cluster may be gone; a stale lock is taken over later
+            cluster_lock.release(self.options.run_id)
 
     def keep_secret(self, nodeid: str, *values: str) -> None:
         """Have the finished run's files searched for `values`; a hit fails the check `nodeid`."""
         self.secrets.update(dict.fromkeys(values, nodeid))
+        if self.worker:
+            self._unsent_secrets.update(dict.fromkeys(values, nodeid))
 
     def _fail_checks_whose_secret_leaked(self) -> bool:
         """Search every file of the run, in its final form (summary.json, index.html, the Allure
@@ -371,6 +534,18 @@ class ConformanceRun:
         for problem in [*built.problems, self.report_problem]:
             if problem:
                 terminalreporter.write_line(f"warning: {problem}", yellow=True)
+
+
+class XdistController:
+    """xdist's hooks of the controller, registered only when there are workers (xdist defines them)."""
+
+    def __init__(self, run: ConformanceRun) -> None:
+        self.run = run
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[parallel.WORKERINPUT_KEY] = self.run.worker_state()
+        # execnet knows the worker's PID from its start (xdist reads the same cached info).
+        self.run.worker_pids.append(int(node.gateway._rinfo().pid))
 
 
 # -- fixtures the suites use -----------------------------------------------------------
@@ -441,6 +616,8 @@ def _terminal_line_writer(config: pytest.Config):  # noqa: ANN202 - a Callable[[
     """Progress lines of waits, shown on the terminal past pytest's output capture."""
     capture = config.pluginmanager.getplugin("capturemanager")
     state = {"test": ""}
+    if parallel.is_worker(config):
+        return _worker_line_writer(config)
 
     def write(line: str) -> None:
         reporter = config.pluginmanager.getplugin("terminalreporter")
@@ -454,6 +631,29 @@ def _terminal_line_writer(config: pytest.Config):  # noqa: ANN202 - a Callable[[
             reporter.write_line(f"    {line}")
 
     return write
+
+
+def _worker_line_writer(config: pytest.Config):  # noqa: ANN202 - a Callable[[str], None]
+    """Progress lines of a worker's waits, each naming the worker and the check (see worker_say)."""
+
+    def write(line: str) -> None:
+        test = _check_name(os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0])
+        worker_say(config, f"{test}: {line}" if test else line)
+
+    return write
+
+
+def worker_say(config: pytest.Config, text: str) -> None:
+    """xdist shows nothing of a worker's terminal, but its stderr reaches the run's: one whole line
+    per event, prefixed with the worker's id, so the lines of several workers read apart."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        sys.stderr.write(f"[{parallel.worker_id(config)}] {text}\n")
+        sys.stderr.flush()
+
+
+def _check_name(nodeid: str) -> str:
+    return nodeid.rsplit("::", 1)[-1]
 
 
 def _sigterm_as_interrupt(signum: int, _frame: object) -> None:

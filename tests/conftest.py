@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -57,3 +58,13 @@ def namespace(core: client.CoreV1Api) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name, "labels": {"kuberay-conformance.io/test": "true"}}})
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def real_checkout() -> Path:
+    """A KubeRay checkout named by KRC_KUBERAY_CHECKOUT (none is committed), for the Helm-chart
+    path of --kuberay-source; the tests that need one are skipped, with that reason, without it."""
+    path = os.environ.get("KRC_KUBERAY_CHECKOUT", "")
+    if not path:
+        pytest.skip("KRC_KUBERAY_CHECKOUT names no KubeRay checkout (e.g. one at tag ray-operator/v1.7.0)")
+    return Path(path)

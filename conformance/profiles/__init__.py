@@ -37,6 +37,11 @@ class KubeRaySettings:
     feature_gates: dict[str, bool]
 
 
+# What every Ray pod of the suites requests, whatever its limits (the profile's `resources`): small,
+# so a head and two workers fit a 2-core node. The scheduler reserves this much per pod.
+POD_REQUESTS = {"cpu": "100m", "memory": "512Mi"}
+
+
 @dataclass(frozen=True)
 class GpuSettings:
     resource: str

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from conformance.kube.ray import Ray
-from conformance.profiles import Profile
+from conformance.profiles import POD_REQUESTS, Profile
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def ray(api: client.ApiClient, namespace: str) -> Ray:
 
 def resources(limits: dict[str, str]) -> dict[str, Any]:
     """Small requests so a head and two workers fit a 2-core node; Ray sizes itself by the limits."""
-    return {"limits": limits, "requests": {"cpu": "100m", "memory": "512Mi"}}
+    return {"limits": limits, "requests": dict(POD_REQUESTS)}
 
 
 @pytest.fixture

@@ -161,6 +161,7 @@ def test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status(
     assert final["status"].get("endTime"), final["status"]
 
 
+@pytest.mark.exclusive("kills the shared operator")
 def test_operator_killed_while_reconciling_resumes_without_duplicates(
     conformance: Any, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:

@@ -79,6 +79,7 @@ def test_leader_election_is_on_and_the_lease_is_held(conformance: Environment, a
         assert facts.lease_held, f"lease {kuberay.LEASE_NAME} is not held by a current operator pod"
 
 
+@pytest.mark.exclusive("deletes the shared operator's pod")
 def test_operator_is_ready_and_recovers_after_its_pod_is_deleted(
     conformance: Environment, api: client.ApiClient, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
@@ -246,6 +247,7 @@ def _wait_ticks(setup: CronSetup, ticks: int) -> list[dict[str, Any]]:
     return _made_by(ray, setup.name)
 
 
+@pytest.mark.exclusive("runs a second operator")
 def test_watch_namespace_limits_the_operator_to_its_namespace(
     cron_setup: CronSetup, api: client.ApiClient, metrics: dict[str, float]
 ) -> None:
@@ -265,6 +267,7 @@ def test_watch_namespace_limits_the_operator_to_its_namespace(
     assert not refused, f"the scoped operator needed more than its namespace's RBAC: {refused[:3]}"
 
 
+@pytest.mark.exclusive("runs a second operator")
 def test_raycronjob_makes_one_rayjob_per_tick_without_duplicates(cron_setup: CronSetup) -> None:
     made = _wait_ticks(cron_setup, 2)
     times = cronjobs.scheduled_times(made)
@@ -275,6 +278,7 @@ def test_raycronjob_makes_one_rayjob_per_tick_without_duplicates(cron_setup: Cro
     assert owners == {(cron_setup.name,)}, f"owners of the RayJobs: {owners}"
 
 
+@pytest.mark.exclusive("runs a second operator")
 @pytest.mark.requires("kuberay>=1.7.0")  # 1.6.x names them <cron>-<5 random characters>
 def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSetup) -> None:
     made = _wait_ticks(cron_setup, 1)
@@ -284,6 +288,7 @@ def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSe
         assert job["metadata"]["name"] == expected, f"RayJob for {scheduled}: {job['metadata']['name']}"
 
 
+@pytest.mark.exclusive("runs a second operator")
 def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
     ray = cron_setup.watched
     ray.patch("raycronjobs", cron_setup.name, {"spec": {"suspend": True}})
@@ -390,6 +395,7 @@ def previous_operator(
         restore()
 
 
+@pytest.mark.exclusive("downgrades and upgrades the shared operator, under load")
 @pytest.mark.requires("gateway_api")
 @pytest.mark.kuberay_issue(2177)
 def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(

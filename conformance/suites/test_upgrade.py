@@ -29,7 +29,8 @@ from conformance.profiles import Profile
 from conformance.suites import serving
 from conformance.timeouts import Timeouts
 
-pytestmark = pytest.mark.area("upgrade")
+# Every check here measures failed requests under load, so none shares the machine (exclusive.py).
+pytestmark = [pytest.mark.area("upgrade"), pytest.mark.exclusive("measures failed requests under load")]
 
 NAME = "echo"
 # Short, so a check does not wait the default minute; the check measures that it is honoured.

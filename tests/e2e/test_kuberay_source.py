@@ -4,7 +4,8 @@
   (v1.6.2, from the module cache) has the layout of a checkout without helm-chart/, so a folder
   holding a copy of it as ray-operator/ is a checkout the harness must build and deploy.
 - The Helm-chart path needs a real checkout (nothing of one is committed): it runs when
-  KRC_KUBERAY_CHECKOUT names one, e.g. ray-project/kuberay at tag ray-operator/v1.7.0.
+  KRC_KUBERAY_CHECKOUT names one (the `real_checkout` fixture of tests/conftest.py),
+  e.g. ray-project/kuberay at tag ray-operator/v1.7.0.
 
 Each leaves the shared operator installed the default way (local-build), as other runs expect.
 """
@@ -12,7 +13,6 @@ Each leaves the shared operator installed the default way (local-build), as othe
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -35,7 +35,6 @@ CHECKS = (
     "crds_are_served or feature_gates_match or leader_election or served_crds_match "
     "or ray_version_alone_does_not_change_the_image"
 )
-CHECKOUT_ENV = "KRC_KUBERAY_CHECKOUT"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -146,14 +145,6 @@ def test_an_unchanged_checkout_is_not_rebuilt_and_an_edited_one_is(
 
 
 # --- the Helm chart of a real checkout ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def real_checkout() -> Path:
-    path = os.environ.get(CHECKOUT_ENV, "")
-    if not path:
-        pytest.skip(f"{CHECKOUT_ENV} names no KubeRay checkout (e.g. one at tag ray-operator/v1.7.0)")
-    return Path(path)
 
 
 def test_a_checkout_with_its_chart_is_installed_with_helm_and_its_facts_can_fail(

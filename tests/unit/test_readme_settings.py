@@ -32,14 +32,12 @@ def _settings_rows() -> dict[str, tuple[str, str]]:
 
 
 def _read_by_code() -> set[str]:
-    """What a user may set: read by the harness, the benchmarks, the tests' shared conftest or the
-    end-to-end tests (a checkout to test with). (tests/report passes KRC_REPORT_* to its own child
-    runs; those are no settings.)"""
+    """What a user may set: read by the harness, the benchmarks or the tests' shared conftest.
+    (tests/report passes KRC_REPORT_* to its own child runs; those are no settings.)"""
     paths = [
         *(ROOT / "conformance").rglob("*.py"),
         *(ROOT / "benchmarks").rglob("*.py"),
         ROOT / "tests/conftest.py",
-        *(ROOT / "tests/e2e").rglob("*.py"),
     ]
     return {name for path in paths for name in KRC.findall(path.read_text())}
 

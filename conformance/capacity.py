@@ -1,0 +1,82 @@
+"""How many checks the cluster can hold at once: the worker count of `run --workers auto`.
+
+A typical check makes one RayCluster of a head and two workers. Memory is counted by the
+profile's limits (`resources` in the profile), since memory cannot be squeezed: a node that
+runs out kills pods. CPU is counted by what the scheduler reserves per pod (POD_REQUESTS),
+since CPU can: the checks spend most of their time waiting on KubeRay (idle timeouts, TTLs,
+upgrade intervals), and counting their CPU limits would make one check fill a 2-core node.
+From the allocatable resources of the nodes a Ray pod can land on, what running pods already
+request is taken off first. The result is at least 1 and at most MAX_WORKERS.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.utils.quantity import parse_quantity
+
+from conformance.profiles import POD_REQUESTS, Profile
+
+WORKERS_PER_CHECK = 2  # Ray worker pods beside the head in a typical check
+MAX_WORKERS = 8  # each worker is a Python process of the harness on this machine too
+
+
+@dataclass(frozen=True)
+class Room:
+    """Free CPU (cores) and memory (bytes) for the suites' pods."""
+
+    cpu: Decimal
+    memory: Decimal
+    source: str  # where the figures come from, for the line the CLI prints
+
+
+def per_check(profile: Profile) -> tuple[Decimal, Decimal]:
+    """(CPU cores, memory bytes) one typical check takes, as this module counts them."""
+    pods = 1 + WORKERS_PER_CHECK
+    cpu = parse_quantity(POD_REQUESTS["cpu"]) * pods
+    default = POD_REQUESTS["memory"]
+    memory = parse_quantity(profile.head_resources.get("memory", default))
+    memory += parse_quantity(profile.worker_resources.get("memory", default)) * WORKERS_PER_CHECK
+    return cpu, memory
+
+
+def workers_for(room: Room, profile: Profile) -> int:
+    cpu, memory = per_check(profile)
+    fits = min(room.cpu // cpu, room.memory // memory)
+    return int(max(1, min(MAX_WORKERS, fits)))
+
+
+def room_in_cluster(api: client.ApiClient) -> Room:
+    """Allocatable minus requested, over the Ready nodes without a NoSchedule/NoExecute taint."""
+    core = client.CoreV1Api(api)
+    nodes = [n for n in core.list_node().items if _takes_ray_pods(n)]
+    cpu = sum((parse_quantity(n.status.allocatable.get("cpu", "0")) for n in nodes), Decimal(0))
+    memory = sum((parse_quantity(n.status.allocatable.get("memory", "0")) for n in nodes), Decimal(0))
+    names = {n.metadata.name for n in nodes}
+    running = "status.phase!=Succeeded,status.phase!=Failed"
+    for pod in core.list_pod_for_all_namespaces(field_selector=running).items:
+        if pod.spec.node_name not in names:
+            continue
+        for container in pod.spec.containers:
+            requests = (container.resources and container.resources.requests) or {}
+            cpu -= parse_quantity(requests.get("cpu", "0"))
+            memory -= parse_quantity(requests.get("memory", "0"))
+    return Room(cpu, memory, f"{len(nodes)} node(s) of the cluster, less what running pods request")
+
+
+def room_on_this_machine() -> Room:
+    """For a local cluster not made yet: its one node will be this machine."""
+    meminfo = Path("/proc/meminfo").read_text().split()
+    total_kib = Decimal(meminfo[meminfo.index("MemTotal:") + 1])
+    cores = Decimal(os.cpu_count() or 1)
+    return Room(cores, total_kib * 1024, "this machine (the local cluster is not up yet)")
+
+
+def _takes_ray_pods(node: client.V1Node) -> bool:
+    ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+    blocked = any(t.effect in ("NoSchedule", "NoExecute") for t in (node.spec.taints or []))
+    return ready and not blocked and not node.spec.unschedulable

@@ -1,0 +1,79 @@
+"""Checks that must run alone: `@pytest.mark.exclusive("why")`, and how a parallel run keeps them alone.
+
+A check is exclusive when it changes state every other check depends on (the operator's pod
+deleted or killed, the operator downgraded and upgraded, a second operator, CRDs, feature
+gates), or when it measures latency and failed requests under load: a neighbour's Ray
+clusters competing for the same two cores slow the server, and the load generator's
+self-check (rate shortfall, schedule lag) sees only the generator, so a slow server would
+pass for KubeRay dropping requests.
+
+The design is a reader/writer lock over the whole run, taken by every check around its
+setup, call and teardown: an ordinary check holds it shared, an exclusive one holds it
+alone. It is two `flock(2)` files in the run folder, so it needs no coordinator, no
+scheduler of our own, and dies with a crashed worker (the kernel drops its locks). A
+turnstile in front gives the exclusive check precedence: once it waits, no new check
+starts, and the running ones drain. The exclusive checks are also moved to the end of the
+collection (every worker sorts the same way, as xdist requires), so in practice they run
+as one serial phase after the parallel one, instead of draining the workers once each.
+
+Why not two pytest sessions (a parallel one, then a serial one)? The environment, the
+Lease, the summary, junit.xml and the Allure results would have to be carried across two
+sessions; one session with a lock keeps all of that as it is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+MARKER = "exclusive"
+MARKER_HELP = (
+    "exclusive(why): the check changes cluster-wide state (operator, CRDs, feature gates) or measures "
+    "under load, and runs while no other check does"
+)
+
+
+def is_exclusive(item: pytest.Item) -> bool:
+    return item.get_closest_marker(MARKER) is not None
+
+
+def exclusive_last(items: list[pytest.Item]) -> None:
+    """Move the exclusive checks to the end, keeping the order within each group (a stable sort)."""
+    items.sort(key=is_exclusive)
+
+
+class ClusterTurn:
+    """The reader/writer lock of one run, in `folder` (shared by the run's worker processes)."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._turnstile = folder / "turnstile.lock"
+        self._checks = folder / "checks.lock"
+
+    @contextmanager
+    def hold(self, exclusive: bool) -> Iterator[None]:
+        with _opened(self._turnstile) as turnstile, _opened(self._checks) as checks:
+            # Through the turnstile one at a time: a waiting exclusive check keeps it closed.
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(checks, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(checks, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        yield fd
+    finally:
+        os.close(fd)

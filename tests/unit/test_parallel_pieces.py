@@ -1,0 +1,126 @@
+"""The pure pieces of parallel runs: the worker count, the exclusive lock, a result's trip, lock staleness."""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from conformance import capacity, parallel, profiles
+from conformance.cluster_lock import Holder
+from conformance.exclusive import ClusterTurn
+from conformance.report.summary import TestResult as Result
+
+GIB = Decimal(2**30)
+
+
+def test_auto_workers_count_memory_by_limits_and_cpu_by_requests() -> None:
+    profile = profiles.load("default")  # head 2Gi, workers 1Gi: 4 GiB of limits per check
+    cpu, memory = capacity.per_check(profile)
+    assert (cpu, memory) == (Decimal("0.3"), 4 * GIB)
+    assert capacity.workers_for(capacity.Room(Decimal(2), 24 * GIB, "t"), profile) == 6
+    assert capacity.workers_for(capacity.Room(Decimal("0.7"), 24 * GIB, "t"), profile) == 2  # CPU bound
+    assert capacity.workers_for(capacity.Room(Decimal(0), 0 * GIB, "t"), profile) == 1  # never below 1
+    assert capacity.workers_for(capacity.Room(Decimal(64), 512 * GIB, "t"), profile) == capacity.MAX_WORKERS
+
+
+def test_room_on_this_machine_is_read_from_proc() -> None:
+    room = capacity.room_on_this_machine()
+    assert room.cpu >= 1 and room.memory > GIB
+
+
+def _hold(folder: str, name: str, exclusive: bool, log: str, seconds: float) -> None:
+    with ClusterTurn(Path(folder)).hold(exclusive):
+        start = time.monotonic()
+        (Path(folder) / f"{name}.in").touch()
+        time.sleep(seconds)  # poll-interval: how long the holder keeps the lock, so others must wait
+        with open(log, "a") as out:
+            out.write(f"{name} {start} {time.monotonic()}\n")
+
+
+def _until(condition: object, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)  # poll-interval
+
+
+def _blocked_on_flock(pid: int) -> bool:
+    """The kernel lists a process waiting for a flock(2) lock in /proc/locks with `->`."""
+    return any("->" in line and f" {pid} " in line for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_an_exclusive_holder_overlaps_no_one_and_shared_holders_overlap(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+
+    def start(name: str, exclusive: bool) -> multiprocessing.Process:
+        proc = multiprocessing.Process(target=_hold, args=(str(tmp_path), name, exclusive, str(log), 0.8))
+        proc.start()
+        return proc
+
+    procs = [start("s1", False), start("s2", False)]
+    _until(lambda: (tmp_path / "s1.in").exists() and (tmp_path / "s2.in").exists(), "s1 and s2 hold it")
+    procs.append(start("x", True))
+    _until(lambda: _blocked_on_flock(procs[-1].pid), "x waits behind s1 and s2")
+    procs += [start("s3", False), start("s4", False)]
+    for proc in procs:
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    spans = {
+        name: (float(a), float(b)) for name, a, b in (line.split() for line in log.read_text().splitlines())
+    }
+    x0, x1 = spans.pop("x")
+    for name, (a, b) in spans.items():
+        assert b <= x0 or a >= x1, f"{name} ran during the exclusive holder"
+    assert spans["s1"][1] > spans["s2"][0], "shared holders never overlapped"
+    # The turnstile: s3 and s4 asked after x and waited for it, though the lock was held shared.
+    assert spans["s3"][0] >= x1 and spans["s4"][0] >= x1
+    assert spans["s3"][1] > spans["s4"][0] or spans["s4"][1] > spans["s3"][0]
+
+
+def test_a_result_survives_the_report_serialization_xdist_uses() -> None:
+    report = pytest.TestReport("suite.py::test_a", ("suite.py", 1, "test_a"), {}, "failed", None, "call")
+    result = Result(
+        id="suite.py::test_a",
+        area="rayjob",
+        outcome="failed",
+        duration_s=1.5,
+        reason="AssertionError: no",
+        metrics={"job_complete_s": 3.25},
+        issues=["kuberay#1141"],
+        details="assert 1 == 2",
+    )
+    parallel.attach_result(report, result, {"s3cr3t": "suite.py::test_a"})
+    again = pytest.TestReport._from_json(report._to_json())
+    assert parallel.result_of(again) == result
+    assert parallel.secrets_of(again) == {"s3cr3t": "suite.py::test_a"}
+
+
+def test_a_lock_is_stale_only_after_its_holder_stopped_renewing_for_the_stated_time() -> None:
+    now = datetime.datetime(2026, 12, 1, 18, 0, tzinfo=datetime.UTC)
+    renewed = now - datetime.timedelta(seconds=59)
+    assert not Holder("r", "h", "s", renewed).stale(now, after_s=60)
+    assert Holder("r", "h", "s", now - datetime.timedelta(seconds=61)).stale(now, after_s=60)
+    assert Holder("r", "h", "s", None).stale(now)
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many"])
+def test_a_bad_worker_count_is_a_usage_error_before_anything_runs(bad: str, tmp_path: Path) -> None:
+    cli = Path(sys.executable).parent / "kuberay-conformance"
+    done = subprocess.run(
+        [str(cli), "run", "--workers", bad, "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    (line,) = done.stderr.splitlines()
+    assert "--workers" in line and "auto" in line
+    assert not (tmp_path / "run").exists()
