@@ -78,3 +78,36 @@ def test_fallback_candidates_are_older_releases_newest_first_including_unlisted_
     assert "v1.6.2" in candidates and "v1.5.0" in candidates and "v1.4.0" in candidates
     assert all(c.startswith(("v1.6.", "v1.5.", "v1.4.")) for c in candidates)
     assert "v1.8.0" not in candidates and "v1.7.0-rc.1" not in candidates
+
+
+def test_a_second_builder_waits_for_the_first_and_uses_its_result(tmp_path, monkeypatch) -> None:
+    """Two processes needing one tool (parallel workers, two test sessions) must not build it twice
+    into one partial directory: the second waits on the entry's lock, then finds it built."""
+    import threading  # noqa: PLC0415
+
+    from conformance.providers.local import gobuild  # noqa: PLC0415
+    from conformance.providers.local.layout import cache_entry_lock  # noqa: PLC0415
+
+    tool = pins.GoTool(
+        name="demo", module="example.com/demo", version="v1.0.0", packages=("example.com/demo/cmd/demo",),
+        go_directive="1.26",
+    )  # fmt: skip
+
+    def no_build(*_args: object) -> str:
+        raise AssertionError("the second builder built again instead of using the first one's result")
+
+    monkeypatch.setattr(gobuild, "upstream_gomod", no_build)
+    bin_dir = gobuild.cached_bin_dir(tool, tmp_path)
+    root = bin_dir.parent
+    results: list[object] = []
+    with cache_entry_lock(root.with_name(root.name + ".lock")):
+        second = threading.Thread(target=lambda: results.append(gobuild.ensure_built(tool, tmp_path)))
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive(), "ensure_built did not wait for the builder holding the lock"
+        # The first builder finishes: binaries and the completion record in place.
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "demo").write_text("")
+        (root / "complete").write_text("{}\n")
+    second.join(timeout=10.0)
+    assert results == [bin_dir]

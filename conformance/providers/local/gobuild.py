@@ -25,6 +25,7 @@ from pathlib import Path
 from conformance.errors import ProvisioningError
 from conformance.progress import progress
 
+from .layout import cache_entry_lock
 from .pins import GoTool
 
 RECIPE_REVISION = "1"  # bump when the way we build changes, to invalidate every cached tool
@@ -199,11 +200,22 @@ def is_built(tool: GoTool, cache_dir: Path) -> bool:
 
 
 def ensure_built(tool: GoTool, cache_dir: Path) -> Path:
-    """Return the directory holding the tool's binaries, building them if the cache misses."""
+    """Return the directory holding the tool's binaries, building them if the cache misses.
+
+    One builder at a time per tool and recipe: another process building the same entry is
+    waited for, and its result used.
+    """
     bin_dir = cached_bin_dir(tool, cache_dir)
     if is_built(tool, cache_dir):
         return bin_dir
     root = bin_dir.parent
+    with cache_entry_lock(root.with_name(root.name + ".lock")):
+        if not is_built(tool, cache_dir):  # nobody finished it while we waited
+            _build(tool, root)
+    return bin_dir
+
+
+def _build(tool: GoTool, root: Path) -> None:
     staging = root.with_name(root.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "bin").mkdir(parents=True)
@@ -237,7 +249,6 @@ def ensure_built(tool: GoTool, cache_dir: Path) -> Path:
     (staging / "complete").write_text(json.dumps(record) + "\n")
     shutil.rmtree(root, ignore_errors=True)
     staging.rename(root)
-    return bin_dir
 
 
 def _last_line(output: str | None) -> str:

@@ -17,7 +17,6 @@ and the `complete` marker are written, so an interrupted build never looks finis
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import json
@@ -36,6 +35,8 @@ from pathlib import Path
 
 from conformance.errors import ProvisioningError, UsageError
 from conformance.progress import progress
+
+from .layout import cache_entry_lock
 
 RECIPE_REVISION = "1"  # bump when the way images are built changes, to invalidate every cached image
 RAY_RECIPE_REVISION = "2"  # bump when only the Ray rootfs recipe changes
@@ -354,18 +355,6 @@ def _read_marker(root: Path, ref: str) -> bool:
         return False
 
 
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    # Two harness runs on one machine must not build into the same partial directory.
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 Builder = Callable[[Path, str, Path], None]  # (work dir, ref, log) -> writes work/ARCHIVE_NAME
 
 
@@ -379,7 +368,7 @@ def _cached_build(
     archive = ImageArchive(ref, root / ARCHIVE_NAME)
     if _read_marker(root, ref):
         return archive
-    with _locked(images_dir / f"{key}.lock"):
+    with cache_entry_lock(images_dir / f"{key}.lock"):
         if _read_marker(root, ref):  # another process finished it while we waited
             return archive
         partial = images_dir / f"{key}.partial"

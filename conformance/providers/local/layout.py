@@ -6,8 +6,11 @@ state directory belongs to one cluster: `down` unmounts everything below it and 
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,22 @@ DEFAULT_STATE_DIR = Path("/var/lib/kuberay-conformance/local")
 
 def cache_dir() -> Path:
     return Path(os.environ.get("KRC_CACHE_DIR", DEFAULT_CACHE_DIR))
+
+
+@contextmanager
+def cache_entry_lock(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on one cache entry while it is built.
+
+    Runs, test sessions and parallel workers on one machine share the cache: without it two
+    builders of one entry would build into the same partial directory and remove each other's work.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
