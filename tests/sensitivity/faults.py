@@ -63,11 +63,15 @@ class Fault:
     rogue: Callable[[Any], None] | None = None  # acts behind the operator's back (rogue.py)
     run_args: tuple[str, ...] = ()  # more CLI arguments, e.g. ("--timeout", "ready=90")
     expect: str = "failed"  # or "not_applicable": a seeded missing precondition
-    evidence: str = ""  # a phrase the catching checks' reasons must hold
+    # A phrase each catching check's reason must hold (one for all, or one per check in `catches`).
+    evidence: str | tuple[str, ...] = ""
 
     @property
     def catching(self) -> list[Check]:
         return [Check.parse(c) for c in self.catches]
+
+    def evidence_for(self, index: int) -> str:
+        return self.evidence if isinstance(self.evidence, str) else self.evidence[index]
 
     @property
     def others(self) -> list[Check]:

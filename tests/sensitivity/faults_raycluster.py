@@ -48,4 +48,18 @@ FAULTS = [
         bystanders=(RAYCLUSTER + "test_head_and_workers_report_documented_conditions",),
         evidence="after an image change",
     ),
+    Fault(
+        name="operator-watches-only-its-own-namespace",
+        area="raycluster",
+        misbehaviour="the operator watches only its own namespace: no RayCluster or RayJob elsewhere "
+        "is ever reconciled (every readiness wait must fail, not err)",
+        extra_args=("--watch-namespace=kuberay-system",),
+        catches=(
+            RAYCLUSTER + "test_head_only_cluster_becomes_ready",
+            "test_rayjob_lifecycle.py::test_job_moves_initializing_running_complete[K8sJobMode]",
+            "test_fault_recovery.py::test_deleted_worker_is_replaced_and_rejoins_ray",
+        ),
+        run_args=("--timeout", "ready=90"),
+        evidence="timed out",
+    ),
 ]

@@ -7,6 +7,7 @@ from .rogue import Rogue
 
 BASIC = "test_rayjob.py::"
 LIFECYCLE = "test_rayjob_lifecycle.py::"
+TTL = LIFECYCLE + "test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_keeps_the_submitter"
 
 
 def delete_finished_jobs_clusters(rogue: Rogue) -> None:
@@ -25,15 +26,41 @@ def delete_finished_jobs_clusters(rogue: Rogue) -> None:
 
 FAULTS = [
     Fault(
-        name="finished-job-cluster-deleted-by-default",
+        name="finished-job-cluster-deleted-at-once",
         area="rayjob",
-        misbehaviour="a finished RayJob's cluster is deleted although shutdownAfterJobFinishes is false",
+        misbehaviour="a finished RayJob's cluster is deleted at once, whatever shutdownAfterJobFinishes, "
+        "its TTL or its deletion rules say",
         rogue=delete_finished_jobs_clusters,
-        catches=(BASIC + "test_cluster_survives_the_job_by_default",),
-        bystanders=(
-            BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",
-            BASIC + "test_job_logs_are_readable_from_the_submitter",
+        catches=(
+            BASIC + "test_cluster_survives_the_job_by_default",
+            TTL,
+            LIFECYCLE + "test_deletion_rules_act_in_ttl_order",
+            LIFECYCLE + "test_delete_none_deletes_nothing",
         ),
-        evidence="did not stay",
+        bystanders=(BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",),
+        evidence=("did not stay", "before its 10s", "before its 10s", "DeleteNone"),
+    ),
+    Fault(
+        name="rayjob-deleted-with-its-cluster",
+        area="rayjob",
+        misbehaviour="shutdownAfterJobFinishes deletes the RayJob itself (and so its submitter Job)",
+        env={"DELETE_RAYJOB_CR_AFTER_JOB_FINISHES": "true"},
+        catches=(TTL,),
+        bystanders=(LIFECYCLE + "test_failing_entrypoint_ends_failed_with_app_failed",),
+        evidence="RayJob itself",
+    ),
+    Fault(
+        name="deletion-policy-gate-off",
+        area="rayjob",
+        misbehaviour="the RayJobDeletionPolicy gate is off: deletion rules are refused "
+        "(a missing precondition)",
+        feature_gates={"RayJobDeletionPolicy": False},
+        catches=(
+            LIFECYCLE + "test_deletion_rules_act_in_ttl_order",
+            LIFECYCLE + "test_delete_none_deletes_nothing",
+        ),
+        bystanders=(LIFECYCLE + "test_failing_entrypoint_ends_failed_with_app_failed",),
+        expect="not_applicable",
+        evidence="RayJobDeletionPolicy is off",
     ),
 ]

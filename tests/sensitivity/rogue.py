@@ -35,6 +35,9 @@ class Rogue:
         self._log = log
         self._stop = threading.Event()
 
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
+
     def networking(self) -> client.NetworkingV1Api:
         return client.NetworkingV1Api(self.api)
 

@@ -30,15 +30,16 @@ def test_seeded_fault_is_caught_by_its_check_and_no_other(fault: Fault, tmp_path
     context = f"exit {observed.exit_code}; outcomes {_outcomes(tests)}\n{observed.output}"
     _record(fault, observed)
     _seed_took_effect(fault, observed)
-    for check in fault.catching:
+    for index, check in enumerate(fault.catching):
         found = [t for t in tests if check.matches(t["id"])]
         assert found, f"{check} did not run: {context}"
+        evidence = fault.evidence_for(index)
         for test in found:
             assert test["outcome"] == fault.expect, (
                 f"{test['id']}: {test['outcome']} ({test['reason']}); {context}"
             )
-            assert fault.evidence.lower() in test["reason"].lower() + test.get("details", "").lower(), (
-                f"{test['id']} failed without the evidence {fault.evidence!r}: {test['reason']}"
+            assert evidence.lower() in test["reason"].lower() + test.get("details", "").lower(), (
+                f"{test['id']} failed without the evidence {evidence!r}: {test['reason']}"
             )
     for check in fault.others:
         found = [t for t in tests if check.matches(t["id"])]
