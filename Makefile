@@ -80,8 +80,8 @@ lint: venv
 # Seeded KubeRay faults, each caught by the check that names it (tests/sensitivity/; not part of
 # `make test`). KRC_CLUSTER_LOCK=/path/to/lock takes that flock(1) lock per fault, not for the whole suite.
 sensitivity: host-deps venv
-	$(BIN)/pytest tests/sensitivity -m sensitivity -q -ra $(PYTEST_ARGS)
-	$(BIN)/python benchmarks/sensitivity.py
+	@$(BIN)/pytest tests/sensitivity -m sensitivity -q -ra $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python benchmarks/sensitivity.py; exit $$rc
 
 # Figures, not tests: the local provider's bring-up and footprint, a warm main job, the report build,
 # and RayService upgrades under load (areas rayservice and upgrade).
