@@ -87,7 +87,14 @@ class DeletionTimes:
         return self
 
     def stop(self) -> None:
+        """Let the watches end (at their next chunk): for a check that is done with them."""
         self._stop.set()
+
+    def __enter__(self) -> DeletionTimes:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
 
     def at(self, what: str, timeout: float) -> float:
         """Epoch seconds when `what` was first marked for deletion; WaitTimeout if not within `timeout`."""

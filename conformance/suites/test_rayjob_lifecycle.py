@@ -206,10 +206,10 @@ def test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_keeps_the_submi
         ray, rayjobs.job(cluster_values, "ttl", shutdownAfterJobFinishes=True, ttlSecondsAfterFinished=ttl)
     )
     cluster = _status(job.running(timeouts))["rayClusterName"]
-    deletions = _deletions(ray, cluster)
-    final = _completed(job, timeouts)
-    with behaviour("the RayCluster is deleted after ttlSecondsAfterFinished"):
-        deleted = _seconds_after_end(final, deletions.at("cluster", ttl + slack + timeouts.apply))
+    with _deletions(ray, cluster) as deletions:
+        final = _completed(job, timeouts)
+        with behaviour("the RayCluster is deleted after ttlSecondsAfterFinished"):
+            deleted = _seconds_after_end(final, deletions.at("cluster", ttl + slack + timeouts.apply))
     metrics["cleanup_after_end_s"] = deleted
     _within("the RayCluster was deleted", deleted, ttl, slack)
     (rayjob,) = ray.list_fn("rayjobs")(field_selector="metadata.name=ttl")["items"] or [None]
@@ -240,12 +240,12 @@ def test_deletion_rules_act_in_ttl_order(
     body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(cluster_values)
     job = _start(ray, body)
     cluster = _status(job.running(timeouts))["rayClusterName"]
-    deletions = _deletions(ray, cluster, "rules")
-    final = _completed(job, timeouts)
-    with behaviour("deletion rules act after their TTLs"):
-        after = {what: _seconds_after_end(final, deletions.at(what, ttl + slack + timeouts.apply))
-                 for what, ttl in ttls.items()}  # fmt: skip
-        head = _seconds_after_end(final, deletions.at("head", slack + timeouts.apply))
+    with _deletions(ray, cluster, "rules") as deletions:
+        final = _completed(job, timeouts)
+        with behaviour("deletion rules act after their TTLs"):
+            after = {what: _seconds_after_end(final, deletions.at(what, ttl + slack + timeouts.apply))
+                     for what, ttl in ttls.items()}  # fmt: skip
+            head = _seconds_after_end(final, deletions.at("head", slack + timeouts.apply))
     metrics.update({f"{what}_deleted_s": seconds for what, seconds in after.items()})
     for what, ttl in ttls.items():
         _within(f"the {what} was deleted", after[what], ttl, slack)
