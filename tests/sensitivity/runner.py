@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # without an __init__.py): the run's process loads the rogue plugin from there.
 PLUGIN_PATH = Path(__file__).resolve().parents[1]
 LOCK_ENV = "KRC_CLUSTER_LOCK"
+RUNS = ROOT / "reports" / "sensitivity"
 HEALTHY_PROFILE = "default"
 
 
@@ -82,7 +83,8 @@ def seeded_profile(fault: Fault, where: Path) -> Path:
 
 def run(fault: Fault, where: Path) -> Observed:
     profile = seeded_profile(fault, where)
-    run_dir = where / "run"
+    # Kept with the other runs (reports/ is not committed), so a recorded run id can be opened.
+    run_dir = RUNS / f"{fault.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     rogue_log = where / "rogue.log"
     env = dict(os.environ)
     if fault.rogue:
@@ -119,7 +121,7 @@ def _healthy_environment() -> Environment:
         RunOptions(
             provider="local",
             profile=profiles.load(HEALTHY_PROFILE),
-            run_dir=ROOT / "reports" / "sensitivity-restore",
+            run_dir=RUNS / "restore",
             run_id="sensitivity-restore",
             keep_cluster=True,
         )

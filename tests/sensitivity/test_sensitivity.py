@@ -89,7 +89,7 @@ def _record(fault: Fault, observed: runner.Observed) -> None:
         "reasons": {
             t["id"].removeprefix("conformance/suites/"): t["reason"][:200] for t in tests if t["reason"]
         },
-        "run_id": observed.summary.get("run_id", ""),
+        "run_id": observed.summary.get("run_id", ""),  # reports/sensitivity/<run id>/
         "run_s": observed.run_s,
         "restore_s": observed.restore_s,
         "date": datetime.date.today().isoformat(),
