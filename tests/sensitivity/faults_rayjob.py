@@ -11,13 +11,13 @@ TTL = LIFECYCLE + "test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_
 
 
 def delete_finished_jobs_clusters(rogue: Rogue) -> None:
-    """An operator that deletes a finished RayJob's RayCluster whatever shutdownAfterJobFinishes says."""
+    """An operator that deletes a finished RayJob's RayCluster at once, whatever its settings say."""
     deleted: set[tuple[str, str]] = set()
     for job in rogue.ray_objects("rayjobs"):
         status = job.get("status", {})
         cluster = status.get("rayClusterName")
         key = (job["metadata"]["namespace"], cluster or "")
-        if status.get("jobDeploymentStatus") != "Complete" or not cluster or key in deleted:
+        if status.get("jobDeploymentStatus") not in ("Complete", "Failed") or not cluster or key in deleted:
             continue
         deleted.add(key)
         rogue.custom.delete_namespaced_custom_object("ray.io", "v1", key[0], "rayclusters", cluster)
@@ -28,17 +28,30 @@ FAULTS = [
     Fault(
         name="finished-job-cluster-deleted-at-once",
         area="rayjob",
-        misbehaviour="a finished RayJob's cluster is deleted at once, whatever shutdownAfterJobFinishes, "
-        "its TTL or its deletion rules say",
+        misbehaviour="a finished RayJob's cluster is deleted at once, whatever shutdownAfterJobFinishes "
+        "or its TTL say",
         rogue=delete_finished_jobs_clusters,
         catches=(
             BASIC + "test_cluster_survives_the_job_by_default",
             TTL,
             LIFECYCLE + "test_deletion_rules_act_in_ttl_order",
-            LIFECYCLE + "test_delete_none_deletes_nothing",
         ),
         bystanders=(BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",),
-        evidence=("did not stay", "before its 10s", "before its 10s", "DeleteNone"),
+        evidence=("did not stay", "before its 10s", "before its 10s"),
+    ),
+    Fault(
+        name="finished-job-cluster-deleted-whatever-the-policy",
+        area="rayjob",
+        misbehaviour="a finished RayJob's cluster is deleted at once, whatever its deletion rules "
+        "(DeleteNone, a rule for the other outcome) or legacy policy say",
+        rogue=delete_finished_jobs_clusters,
+        catches=(
+            LIFECYCLE + "test_delete_none_deletes_nothing",
+            LIFECYCLE + "test_rules_act_only_on_their_outcome",
+            LIFECYCLE + "test_legacy_on_success_policy_still_works",
+        ),
+        bystanders=(LIFECYCLE + "test_failing_entrypoint_ends_failed_with_app_failed",),
+        evidence=("DeleteNone", "SUCCEEDED rule acted", "the whole RayCluster"),
     ),
     Fault(
         name="rayjob-deleted-with-its-cluster",
