@@ -41,7 +41,7 @@ from conformance.kube import diagnostics
 from conformance.report import build as report_build
 from conformance.report import secrets, timelines
 from conformance.report import terminal as report_terminal
-from conformance.report.summary import AREAS, Summary, TestResult, new_run_id, now
+from conformance.report.summary import AREAS, HARNESS, Summary, TestResult, new_run_id, now
 from conformance.timeouts import Timeouts
 
 NOT_APPLICABLE = "not applicable: "
@@ -662,7 +662,7 @@ def _sigterm_as_interrupt(signum: int, _frame: object) -> None:
 
 def _area(item: pytest.Item) -> str:
     marker = item.get_closest_marker("area")
-    if marker is None or marker.args[0] not in AREAS:
+    if marker is None or marker.args[0] not in (*AREAS, HARNESS):
         raise pytest.UsageError(
             f"{item.nodeid}: every conformance check needs @pytest.mark.area(one of {AREAS})"
         )

@@ -176,6 +176,10 @@ class OperatorSpec:
     # The gates the binary knows, when read from its source (a checkout's features.go); empty:
     # those BINARY_FEATURE_GATES records for `version`.
     known_gates: tuple[str, ...] = ()
+    # Set on top of the chart's defaults: container environment variables the operator reads, and
+    # arguments after the chart's (Go's flag package: a repeated flag's last value wins).
+    env: dict[str, str] = field(default_factory=dict, hash=False)
+    extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _VERSION.fullmatch(self.version):
@@ -229,7 +233,7 @@ def chart_args(spec: OperatorSpec) -> list[str]:
     ]
     if spec.feature_gates and not gates_first:
         args.append(feature_gates_arg(spec.feature_gates))
-    return args
+    return args + list(spec.extra_args)
 
 
 def _semver(version: str) -> tuple[int, ...]:
@@ -360,6 +364,10 @@ def render_operator(
         ARGS=json.dumps(chart_args(spec)),  # a JSON list is a YAML flow sequence
     )
     docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    for doc in docs:
+        if doc["kind"] == "Deployment" and spec.env:
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["env"] = [{"name": name, "value": value} for name, value in spec.env.items()]
     if image_build:
         # A rebuilt binary keeps its tag; a changed annotation makes the Deployment roll anyway.
         for doc in docs:

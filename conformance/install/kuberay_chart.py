@@ -159,9 +159,13 @@ def chart_values(
         values["image"] = {"tag": spec.version}
     if image_build:
         values["annotations"] = {**(defaults.get("annotations") or {}), IMAGE_BUILD_ANNOTATION: image_build}
-    env = getattr(spec, "env", None)  # OperatorSpec.env, where the spec has one
-    if env:
-        values["env"] = [{"name": name, "value": value} for name, value in dict(env).items()]
+    if spec.env:
+        values["env"] = [{"name": name, "value": value} for name, value in spec.env.items()]
+    if spec.extra_args:
+        raise UsageError(
+            "kuberay.extra_args cannot be passed through the kuberay-operator Helm chart",
+            "use kuberay.env, or kuberay.install: local-build",
+        )
     return values
 
 

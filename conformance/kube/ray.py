@@ -11,13 +11,17 @@ from typing import Any
 from kubernetes import client
 from kubernetes.stream import stream
 
-from conformance.kube.wait import wait_for
+from conformance.kube.wait import behaviour, wait_for
 
 GROUP, VERSION = "ray.io", "v1"
 
 
 class ExecError(Exception):
     pass
+
+
+class HeadPodMissing(AssertionError, LookupError):
+    """A RayCluster that should have one head pod has none or several: KubeRay's doing, a failure."""
 
 
 class Ray:
@@ -60,6 +64,11 @@ class Ray:
         )
 
     def wait_cluster_ready(self, name: str, timeout: float) -> dict[str, Any]:
+        """A wait on KubeRay: running out is the check's failure (see `wait.behaviour`)."""
+        with behaviour(f"RayCluster {name} becomes ready"):
+            return self._wait_ready(name, timeout)
+
+    def _wait_ready(self, name: str, timeout: float) -> dict[str, Any]:
         return self.wait(
             "rayclusters",
             name,
@@ -80,7 +89,8 @@ class Ray:
     def head_pod(self, cluster: str) -> client.V1Pod:
         pods = [p for p in self.pods(cluster, "head") if p.metadata.deletion_timestamp is None]
         if len(pods) != 1:
-            raise LookupError(f"expected one head pod of {cluster}, found {len(pods)}")
+            phases = [f"{p.metadata.name}: {p.status.phase}" for p in pods]
+            raise HeadPodMissing(f"expected one head pod of RayCluster {cluster}, found {len(pods)} {phases}")
         return pods[0]
 
     def exec(self, pod: client.V1Pod, command: list[str], timeout: float = 120) -> str:

@@ -35,6 +35,10 @@ class KubeRaySettings:
     install: str
     namespace: str
     feature_gates: dict[str, bool]
+    # Environment variables and extra arguments of the operator container, as KubeRay itself reads
+    # them (ENABLE_GCS_FT_REDIS_CLEANUP, --watch-namespace, ...); the sensitivity suite seeds faults so.
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
 
 
 # What every Ray pod of the suites requests, whatever its limits (the profile's `resources`): small,
@@ -163,6 +167,8 @@ def _from_document(doc: schema.ProfileDocument, source: Path) -> Profile:
             install=doc.kuberay.install,
             namespace=doc.kuberay.namespace,
             feature_gates=dict(doc.kuberay.feature_gates),
+            env=dict(doc.kuberay.env),
+            extra_args=tuple(doc.kuberay.extra_args),
         ),
         head_resources=dict(doc.resources.head),
         worker_resources=dict(doc.resources.worker),

@@ -47,6 +47,13 @@ class KubeRay(Section):
     feature_gates: dict[Text, bool] = Field(
         default_factory=dict, description="overrides of the chart's feature-gate defaults"
     )
+    env: dict[Text, str] = Field(
+        default_factory=dict,
+        description="operator container environment variables, as KubeRay reads them (quote values)",
+    )
+    extra_args: list[Text] = Field(
+        default_factory=list, description="operator arguments after the chart's (the last value wins)"
+    )
 
 
 class Resources(Section):
@@ -73,6 +80,12 @@ class Thresholds(Section):
     )
     upgrade_failed_requests: Annotated[int, Field(ge=0)] = Field(
         0, description="failed requests allowed during a RayService upgrade"
+    )
+    ttl_slack_s: Annotated[float, Field(ge=0)] = Field(
+        15, description="a TTL-driven deletion may come this long after its TTL"
+    )
+    deadline_slack_s: Annotated[float, Field(ge=0)] = Field(
+        30, description="a RayJob deadline may end it this long after the deadline"
     )
 
     def __getitem__(self, key: str) -> Any:

@@ -17,7 +17,7 @@ import jinja2
 import markupsafe
 
 from conformance.report import history, timelines
-from conformance.report.summary import AREAS, OUTCOMES, Summary, TestResult
+from conformance.report.summary import AREAS, HARNESS, OUTCOMES, Summary, TestResult
 
 KUBERAY_ISSUES = "https://github.com/ray-project/kuberay/issues/{}"
 EXCERPT_BYTES = 24_000  # events and YAML: enough to see what happened
@@ -72,10 +72,11 @@ def context(inputs: Inputs) -> dict[str, object]:
     current = history.from_summary(summary)
     changes = history.compare(current, inputs.earlier)
     rows = [row(test, changes) for test in summary.tests]
+    counts = summary.areas(harness=True)
     by_area = [
-        {"name": area, "rows": [r for r in rows if r["area"] == area], "counts": summary.areas()[area]}
-        for area in AREAS
-        if area in summary.areas()
+        {"name": area, "rows": [r for r in rows if r["area"] == area], "counts": counts[area]}
+        for area in (*AREAS, HARNESS)  # the harness's own checks last; not in the verdict
+        if area in counts
     ]
     return {
         "title": f"KubeRay conformance · {summary.run_id}",

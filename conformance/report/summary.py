@@ -26,6 +26,10 @@ AREAS = (
     "upgrade",
     "security",
 )
+# Checks of the harness's own hygiene (a secret kept out of the run's files, the documented RBAC):
+# they run and are reported with the run, but are no AREA of the verdict. One that fails or errs
+# is a harness problem, so the run is "incomplete" (exit 2), never "not conformant".
+HARNESS = "harness"
 OUTCOMES = ("passed", "failed", "error", "not_applicable", "skipped")
 _COUNT_KEY = {
     "passed": "passed",
@@ -69,24 +73,29 @@ class Summary:
     environment: dict[str, object] = field(default_factory=dict)
 
     def add(self, result: TestResult) -> None:
-        if result.area not in AREAS:
+        if result.area not in (*AREAS, HARNESS):
             raise ValueError(f"unknown area {result.area!r}")
         if result.outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {result.outcome!r}")
         self.tests.append(result)
 
-    def areas(self) -> dict[str, dict[str, int]]:
+    def areas(self, harness: bool = False) -> dict[str, dict[str, int]]:
+        """Counts per area of the verdict (with `harness`, the harness's own checks too)."""
         counts: dict[str, dict[str, int]] = {}
         for test in self.tests:
+            if test.area == HARNESS and not harness:
+                continue
             area = counts.setdefault(test.area, dict.fromkeys(_COUNT_KEY.values(), 0))
             area[_COUNT_KEY[test.outcome]] += 1
         return counts
 
     def verdict(self) -> str:
-        outcomes = {t.outcome for t in self.tests}
+        outcomes = {t.outcome for t in self.tests if t.area != HARNESS}
+        harness = {t.outcome for t in self.tests if t.area == HARNESS}
         if "failed" in outcomes:
             return "not conformant"
-        if "error" in outcomes or not self.complete or not self.tests:
+        bad_harness = harness & {"failed", "error"}
+        if "error" in outcomes or bad_harness or not self.complete or not outcomes:
             return "incomplete"
         return "conformant"
 
@@ -109,6 +118,7 @@ class Summary:
             "complete": self.complete,
             "environment": self.environment,
             "areas": self.areas(),
+            HARNESS: self.areas(harness=True).get(HARNESS, {}),
             "tests": [asdict(t) for t in self.tests],
         }
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conformance.report import history
 from conformance.report.build import Built
-from conformance.report.summary import AREAS, Summary
+from conformance.report.summary import AREAS, HARNESS, Summary
 
 LISTED = 6  # failed checks (and errors) named one per line before "... and N more"
 COLUMNS = (("passed", "passed"), ("failed", "failed"), ("errors", "errors"), ("n/a", "not_applicable"))
@@ -41,13 +41,15 @@ def _versions(summary: Summary) -> str:
 
 
 def _area_table(summary: Summary) -> list[str]:
-    areas = summary.areas()
+    areas = summary.areas(harness=True)
     header = f"{'area':<16}" + "".join(f"{title:>8}" for title, _ in COLUMNS)
     rows = [
         f"{area:<16}" + "".join(f"{areas[area][key]:>8}" for _, key in COLUMNS)
         for area in AREAS
         if area in areas
     ]
+    if HARNESS in areas:  # the harness's own checks, apart: not in the verdict
+        rows.append(f"{'(harness)':<16}" + "".join(f"{areas[HARNESS][key]:>8}" for _, key in COLUMNS))
     return [header, *rows] if rows else ["no check has a result"]
 
 

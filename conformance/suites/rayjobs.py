@@ -7,6 +7,7 @@ harness is on the RayJob's status.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from conformance.kube.manifests import render
@@ -20,14 +21,45 @@ def runs_for(seconds: int, then_print: str = "") -> str:
     return f'python -c "import time; time.sleep({seconds}){tail}"'  # poll-interval: the job's run time
 
 
-def retried_task_runs_for(seconds: int, output: str) -> str:
-    """An entrypoint whose one-CPU Ray task works for `seconds`, may be retried 5 times, returns `output`."""
-    task = f"lambda: (time.sleep({seconds}), {output!r})[1]"  # poll-interval: the task's run time
-    return (
-        'python -c "import ray, time; ray.init(); '
-        f"f = ray.remote(num_cpus=1, max_retries=5)({task}); "
-        'print(ray.get(f.remote()))"'
-    )
+def program(script: str) -> str:
+    """An entrypoint that runs a multi-line Python `script` (base64, so no shell quoting applies)."""
+    encoded = base64.b64encode(script.encode()).decode()
+    return f"python -c \"import base64; exec(base64.b64decode('{encoded}'))\""
+
+
+RETRIED_TASK_NAME = "retried_task"
+# A one-CPU task that works for 20 s and may be retried 5 times; once it is done, the driver asks
+# Ray's state API for the task's attempts (events reach it asynchronously, so it asks a while).
+RETRIED_TASK_SCRIPT = f"""
+import time
+import ray
+from ray.util.state import list_tasks
+ray.init()
+
+@ray.remote(num_cpus=1, max_retries=5)
+def {RETRIED_TASK_NAME}():
+    time.sleep(20)  # poll-interval: the task's run time, during which its worker is lost
+    return "task-done"
+
+print(ray.get({RETRIED_TASK_NAME}.remote()))
+attempts = []
+for _ in range(30):
+    tasks = list_tasks(filters=[("name", "=", "{RETRIED_TASK_NAME}")])
+    attempts = sorted(t.attempt_number for t in tasks)
+    if any(t.state == "FINISHED" for t in tasks):
+        break
+    time.sleep(1)  # poll-interval: task events reach the state API asynchronously
+print("task-attempts", ",".join(map(str, attempts)))
+"""
+RETRIED_TASK = program(RETRIED_TASK_SCRIPT)
+
+
+def task_attempts(output: str) -> list[int]:
+    """The attempt numbers RETRIED_TASK printed (0 is the first attempt)."""
+    for line in output.splitlines():
+        if line.startswith("task-attempts"):
+            return [int(n) for n in line.split(" ", 1)[1].split(",") if n.strip()]
+    return []
 
 
 SUCCEEDS = runs_for(4, "rayjob-output-ok")

@@ -2,11 +2,13 @@
 
 Each fault is injected by deleting a pod; recovery_s runs from the deletion to the cluster
 ready again with every worker alive in Ray's own view (`ray.nodes()`), not only in Kubernetes'.
+Recovery is judged by identity, not counts: the Ray node alive afterwards must be the new pod
+(its IP), the one lost must be dead, a retried task must show a second attempt. Each check's
+docstring names the KubeRay misbehaviour it exists to catch ("Catches: ...").
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -16,80 +18,107 @@ from kubernetes import client
 from conformance.kube.manifests import render, render_all
 from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, poll_until, wait_for, wait_gone
+from conformance.kube.wait import WaitTimeout, behaviour, poll_until, wait_for, wait_gone
 from conformance.suites import rayjobs
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("fault-recovery")
 
-ALIVE_WORKERS = (
-    "import ray\n"
-    "ray.init(address='auto', logging_level='ERROR')\n"
-    "alive = [n for n in ray.nodes() if n['Alive'] and 'node:__internal_head__' not in n['Resources']]\n"
-    "print('alive-workers', len(alive))\n"
-)
+# Ray's own view of its worker nodes (not the head): one "node <id> <ip> <alive>" line each.
+RAY_NODES = """
+import ray
+ray.init(address="auto", logging_level="ERROR")
+for n in ray.nodes():
+    if "node:__internal_head__" not in n["Resources"]:
+        print("node", n["NodeID"], n["NodeManagerAddress"], n["Alive"])
+"""
 
 
-def _alive_workers(ray: Ray, cluster: str) -> int:
-    out = ray.python_in_head(cluster, ALIVE_WORKERS)
-    return int(out.split("alive-workers", 1)[1].split()[0])
+def _ray_workers(ray: Ray, cluster: str) -> dict[str, tuple[str, bool]]:
+    """Node id -> (IP, alive) of every worker node the head's GCS knows."""
+    out = ray.python_in_head(cluster, RAY_NODES)
+    rows = [line.split()[1:] for line in out.splitlines() if line.startswith("node ")]
+    return {node: (ip, alive == "True") for node, ip, alive in rows}
 
 
-def _until_workers_alive(ray: Ray, cluster: str, count: int, timeout: float) -> None:
-    """Ray's own view: `ray.nodes()` until `count` workers are alive. Asking fails while the head
-    is still starting, which is "not yet" too."""
-    poll_until(
-        lambda: True if _alive_workers(ray, cluster) == count else None,
-        what=f"{count} alive workers of {cluster} in Ray's view",
-        timeout=timeout,
-        retry_on=(Exception,),
-    )
+def _until_workers_alive(ray: Ray, cluster: str, timeout: float) -> dict[str, str]:
+    """Ray's own view: until every worker pod of `cluster` is an alive Ray node (matched by pod IP)
+    and no other worker node is alive. Returns pod name -> its Ray node id. Asking fails while the
+    head is still starting, which is "not yet" too."""
+    state = {"seen": "nothing yet"}
+
+    def joined() -> dict[str, str] | None:
+        pods = {p.status.pod_ip: p.metadata.name for p in ray.pods(cluster, "worker") if is_serving(p)}
+        alive = {ip: node for node, (ip, up) in _ray_workers(ray, cluster).items() if up}
+        state["seen"] = f"worker pods {sorted(pods)}, alive Ray workers {sorted(alive)}"
+        if pods and set(alive) == set(pods):
+            return {pods[ip]: node for ip, node in alive.items()}
+        return None
+
+    try:
+        return poll_until(joined, what=f"the workers of {cluster} alive in Ray", timeout=timeout,
+                          retry_on=(Exception,))  # fmt: skip
+    except WaitTimeout as exc:
+        raise AssertionError(
+            f"the worker pods of {cluster} are not Ray's alive workers: {state['seen']}"
+        ) from exc
 
 
-@pytest.fixture
-def cluster(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts) -> str:
+def _ready_cluster(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts) -> str:
+    """A head and one worker, ready and joined (made in the check: KubeRay failing here is a failure)."""
     values = {**cluster_values, "name": "fr", "workers": [{"name": "small", "replicas": 1}]}
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
     ray.wait_cluster_ready("fr", timeouts.ready)
-    _until_workers_alive(ray, "fr", 1, timeouts.ready)
+    _until_workers_alive(ray, "fr", timeouts.ready)
     return "fr"
 
 
-def _delete_and_wait_replaced(ray: Ray, cluster: str, old: Any, node_type: str, timeouts: Timeouts) -> None:
+def _delete_and_wait_replaced(ray: Ray, cluster: str, old: Any, node_type: str, timeouts: Timeouts) -> Any:
     ray.core.delete_namespaced_pod(old.metadata.name, ray.namespace)
     with behaviour(f"a deleted {node_type} pod is replaced by a Ready one"):
-        wait_for(
+        return wait_for(
             ray.core.list_namespaced_pod,
             lambda p: p.metadata.uid != old.metadata.uid and is_serving(p),
             what=f"a new {node_type} pod to be Ready",
             timeout=timeouts.ready,
+            describe=lambda p: f"{p.metadata.name} ({p.metadata.uid[:8]}): {p.status.phase}",
             namespace=ray.namespace,
             label_selector=f"ray.io/cluster={cluster},ray.io/node-type={node_type}",
         )
 
 
 def test_deleted_worker_is_replaced_and_rejoins_ray(
-    cluster: str, ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: a deleted worker pod not replaced, or replaced by a pod that never joins Ray (the
+    alive Ray worker must be the new pod, by IP, and the lost node must be dead)."""
+    cluster = _ready_cluster(ray, cluster_values, timeouts)
     (old,) = ray.pods(cluster, "worker")
+    old_node = _until_workers_alive(ray, cluster, timeouts.ready)[old.metadata.name]
     started = time.monotonic()
-    _delete_and_wait_replaced(ray, cluster, old, "worker", timeouts)
-    with behaviour("the replaced worker rejoins Ray"):
-        _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    new = _delete_and_wait_replaced(ray, cluster, old, "worker", timeouts)
+    joined = _until_workers_alive(ray, cluster, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
+    assert list(joined) == [new.metadata.name], f"alive Ray workers {joined}, new pod {new.metadata.name}"
+    assert joined[new.metadata.name] != old_node, "the new pod reports the lost pod's Ray node id"
+    assert not _ray_workers(ray, cluster).get(old_node, ("", False))[1], f"lost node {old_node} still alive"
 
 
 @pytest.mark.kuberay_issue(1141)
 def test_deleted_head_is_replaced_and_workers_rejoin(
-    cluster: str, ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: a deleted head never restored (#1141), or its workers never alive again in the new
+    head's view (each worker pod's IP an alive Ray node of the new head)."""
+    cluster = _ready_cluster(ray, cluster_values, timeouts)
+    old = ray.head_pod(cluster)
     started = time.monotonic()
-    _delete_and_wait_replaced(ray, cluster, ray.head_pod(cluster), "head", timeouts)
-    with behaviour("the RayCluster is ready again after losing its head (kuberay#1141)"):
-        ray.wait_cluster_ready(cluster, timeouts.ready)
-    with behaviour("the workers rejoin the new head (kuberay#1141)"):
-        _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    new = _delete_and_wait_replaced(ray, cluster, old, "head", timeouts)
+    ray.wait_cluster_ready(cluster, timeouts.ready)
+    joined = _until_workers_alive(ray, cluster, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
+    assert ray.head_pod(cluster).metadata.uid == new.metadata.uid != old.metadata.uid
+    assert joined, "no worker is alive in the new head's view"
 
 
 def _rayjob(cluster_values: dict[str, Any], name: str, entrypoint: str, workers: int = 0) -> dict[str, Any]:
@@ -118,39 +147,56 @@ def _wait_job_end(ray: Ray, name: str, what: str, timeouts: Timeouts) -> dict[st
 def test_running_job_with_task_retries_completes_despite_a_lost_worker(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    entrypoint = rayjobs.retried_task_runs_for(20, "task-done")
-    ray.create("rayjobs", _rayjob(cluster_values, "resilient", entrypoint, workers=1))
-    running = ray.wait(
-        "rayjobs",
-        "resilient",
-        lambda o: _job_state(o) == "Running",
-        what="RayJob resilient to run",
+    """Catches: a RayJob whose task may retry failing (or stuck) after its worker pod is lost,
+    typically because no replacement worker comes. The task is running on the worker when it is
+    deleted, and the job's output must show a second attempt of it (Ray's task attempt numbers)."""
+    ray.create("rayjobs", _rayjob(cluster_values, "resilient", rayjobs.RETRIED_TASK, workers=1))
+    with behaviour("RayJob resilient runs"):
+        running = ray.wait(
+            "rayjobs", "resilient", lambda o: _job_state(o) == "Running",
+            what="RayJob resilient to run", timeout=timeouts.ready,
+        )  # fmt: skip
+    cluster = running["status"]["rayClusterName"]
+    _until_workers_alive(ray, cluster, timeouts.ready)
+    (worker,) = ray.pods(cluster, "worker")
+    poll_until(
+        lambda: True if rayjobs.RETRIED_TASK_NAME in _processes(ray, worker) else None,
+        what=f"the task to run in {worker.metadata.name}",
         timeout=timeouts.ready,
     )
-    cluster = running["status"]["rayClusterName"]
-    _until_workers_alive(ray, cluster, 1, timeouts.ready)
-    (worker,) = ray.pods(cluster, "worker")
     started = time.monotonic()
     ray.core.delete_namespaced_pod(worker.metadata.name, ray.namespace)
     with behaviour("a job whose tasks may retry completes after losing its worker"):
         final = _wait_job_end(ray, "resilient", "RayJob resilient to finish", timeouts)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
     assert final["status"]["jobStatus"] == "SUCCEEDED", final["status"]
+    attempts = rayjobs.task_attempts(_submitter_log(ray, "resilient"))
+    assert attempts and max(attempts) >= 1, f"no retry of the task is recorded: attempts {attempts}"
+
+
+def _processes(ray: Ray, pod: Any) -> str:
+    """The command lines of the processes in the pod's first container (Ray titles a task's worker
+    process `ray::<task name>` while it runs)."""
+    return ray.exec(pod, ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; echo"])
+
+
+def _submitter_log(ray: Ray, job_name: str) -> str:
+    pods = ray.core.list_namespaced_pod(ray.namespace, label_selector=f"job-name={job_name}").items
+    return "".join(ray.core.read_namespaced_pod_log(p.metadata.name, ray.namespace) for p in pods)
 
 
 @pytest.mark.kuberay_issue(3903)
 def test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: a RayJob left non-terminal (Running for ever) after its head pod is lost (#3903)."""
     body = _rayjob(cluster_values, "headless", rayjobs.runs_for(60))
     ray.create("rayjobs", body)
-    running = ray.wait(
-        "rayjobs",
-        "headless",
-        lambda o: _job_state(o) == "Running",
-        what="RayJob headless to run",
-        timeout=timeouts.ready,
-    )
+    with behaviour("RayJob headless runs"):
+        running = ray.wait(
+            "rayjobs", "headless", lambda o: _job_state(o) == "Running",
+            what="RayJob headless to run", timeout=timeouts.ready,
+        )  # fmt: skip
     started = time.monotonic()
     ray.core.delete_namespaced_pod(
         ray.head_pod(running["status"]["rayClusterName"]).metadata.name, ray.namespace
@@ -165,6 +211,8 @@ def test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status(
 def test_operator_killed_while_reconciling_resumes_without_duplicates(
     conformance: Any, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: an operator's successor (after the leader's pod is killed mid-reconcile) that never
+    finishes a RayJob, or makes a second RayCluster or submitter Job for it."""
     operator_ns = conformance.operator_namespace
     (operator,) = [
         p for p in ray.core.list_namespaced_pod(operator_ns).items if not p.metadata.deletion_timestamp
@@ -180,8 +228,11 @@ def test_operator_killed_while_reconciling_resumes_without_duplicates(
     assert final["status"]["jobStatus"] == "SUCCEEDED", final["status"]
     clusters = ray.list_fn("rayclusters")()["items"]
     assert len(clusters) == 1, f"RayClusters after failover: {[c['metadata']['name'] for c in clusters]}"
+    assert clusters[0]["metadata"]["name"] == final["status"]["rayClusterName"], final["status"]
     jobs = client.BatchV1Api(ray.api).list_namespaced_job(ray.namespace).items
     assert [j.metadata.name for j in jobs] == ["orphaned"], "duplicate submitter Jobs after failover"
+    owners = [o.uid for o in jobs[0].metadata.owner_references or []]
+    assert owners == [final["metadata"]["uid"]], f"the submitter Job is owned by {owners}, not the RayJob"
 
 
 # -- killing Ray's own processes in the head container ---------------------------------
@@ -204,23 +255,25 @@ def _restarted(pod: Any, before: Any, restarts_before: int) -> bool:
 
 @pytest.mark.parametrize("process", ["gcs_server", "raylet"])
 def test_killed_head_process_restarts_the_head_and_workers_rejoin(
-    process: str, cluster: str, ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+    process: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    """A dead gcs_server or raylet ends `ray start --block`, so the head container restarts.
+    """Catches: a head whose gcs_server or raylet died neither restarted nor replaced, or its
+    worker not alive again in Ray's view. A kill that did not happen is a harness error.
+
+    A dead gcs_server or raylet ends `ray start --block`, so the head container restarts.
 
     KubeRay runs Ray with `ray start --block`, which exits once a Ray process it started
     dies; the kubelet then restarts the container (or, where the pod may not restart,
     KubeRay replaces the pod). Either way the cluster must come back and its worker rejoin.
     """
+    cluster = _ready_cluster(ray, cluster_values, timeouts)
     head = ray.head_pod(cluster)
     restarts_before = restarts(head, "ray-head")
     pids = ray.exec(head, ["python", "-c", FIND_PROCESS, process]).split()
     if len(pids) != 1:
         raise RuntimeError(f"expected one {process} in {head.metadata.name}, found PIDs {pids}")
     started = time.monotonic()
-    # The container may die under this exec; whether it restarted is what the wait below tells.
-    with contextlib.suppress(Exception):
-        ray.exec(head, ["kill", "-9", pids[0]], timeout=30)
+    _kill(ray, head, process, pids[0], restarts_before)
     with behaviour(f"the head restarts after its {process} was killed"):
         wait_for(
             ray.core.list_namespaced_pod,
@@ -230,10 +283,29 @@ def test_killed_head_process_restarts_the_head_and_workers_rejoin(
             namespace=ray.namespace,
             label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head",
         )
-        ray.wait_cluster_ready(cluster, timeouts.ready)
-    with behaviour("the worker rejoins the restarted head"):
-        _until_workers_alive(ray, cluster, 1, timeouts.ready)
+    ray.wait_cluster_ready(cluster, timeouts.ready)
+    _until_workers_alive(ray, cluster, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
+
+
+def _kill(ray: Ray, head: Any, process: str, pid: str, restarts_before: int) -> None:
+    """SIGKILL `pid` in the head container. The container may die under this exec, which then
+    fails; unless the pod shows the restart, or the process is gone, the kill did not happen:
+    a harness error, never KubeRay's failure."""
+    try:
+        ray.exec(head, ["kill", "-9", pid], timeout=30)
+        return
+    except Exception as exc:  # noqa: BLE001 - decided below from the pod and the process
+        failure = exc
+    now = ray.core.read_namespaced_pod(head.metadata.name, ray.namespace)
+    if restarts(now, "ray-head") > restarts_before or now.metadata.deletion_timestamp:
+        return
+    try:
+        still = ray.exec(now, ["cat", f"/proc/{pid}/comm"], timeout=30).strip()
+    except Exception:  # noqa: BLE001 - the process, or the container, is gone: the kill worked
+        return
+    if still == process:
+        raise RuntimeError(f"could not kill {process} (PID {pid}) in {head.metadata.name}: {failure}")
 
 
 # -- GCS fault tolerance: the head's state in Redis ------------------------------------
@@ -342,8 +414,10 @@ def _redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str) -> int:
     return len(out.split())
 
 
-@pytest.fixture
-def ft_cluster(ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts) -> tuple[str, Any]:
+def _ft_cluster(
+    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts
+) -> tuple[str, Any]:
+    """Redis (the environment: an error if it never starts), then a GCS fault-tolerant RayCluster on it."""
     redis_pod = _start_redis(ray, profile, timeouts)
     values = {
         **cluster_values,
@@ -353,7 +427,7 @@ def ft_cluster(ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts:
     }
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
     ray.wait_cluster_ready("ft", timeouts.ready)
-    _until_workers_alive(ray, "ft", 1, timeouts.ready)
+    _until_workers_alive(ray, "ft", timeouts.ready)
     return "ft", redis_pod
 
 
@@ -368,9 +442,11 @@ def _stop_probe(ray: Ray, worker: Any) -> list[str]:
 
 @pytest.mark.kuberay_issue(1141)
 def test_gcs_ft_detached_actor_and_serve_app_survive_head_loss(
-    ft_cluster: tuple[str, Any], ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    cluster, redis_pod = ft_cluster
+    """Catches: GCS fault tolerance not wired (the new head starts empty: the actor, its state and
+    the job ids lost), the worker replaced, or the Serve app not answering while the head is away."""
+    cluster, redis_pod = _ft_cluster(ray, cluster_values, profile, timeouts)
     seeded = ray.python_in_head(cluster, SEED_STATE)
     before = _fields(seeded)
     if before.get("counter") != "1" or "serve-up" not in seeded.split():
@@ -402,7 +478,10 @@ def test_gcs_ft_detached_actor_and_serve_app_survive_head_loss(
     assert after["serve-status"] == "RUNNING", after
     (still,) = ray.pods(cluster, "worker")
     assert still.metadata.uid == worker.metadata.uid, "the worker pod was replaced"
-    assert probe, "the Serve probe in the worker recorded nothing"
+    # One request a second: a probe that stopped early saw too little of the head's absence to judge.
+    assert len(probe) >= metrics["recovery_s"] / 2, (
+        f"the probe made {len(probe)} requests in {metrics['recovery_s']}s"
+    )
     assert not failed, f"the Serve app stopped answering while the head was away: {failed[:5]}"
 
 
@@ -418,9 +497,11 @@ def _until_head_answers(ray: Ray, cluster: str, script: str, timeout: float) -> 
 
 
 def test_gcs_ft_cluster_deletion_cleans_its_redis_state(
-    ft_cluster: tuple[str, Any], ray: Ray, timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    cluster, redis_pod = ft_cluster
+    """Catches: a deleted GCS fault-tolerant RayCluster leaving its state in Redis (the cleanup
+    finalizer off, as ENABLE_GCS_FT_REDIS_CLEANUP=false does)."""
+    cluster, redis_pod = _ft_cluster(ray, cluster_values, profile, timeouts)
     storage = _storage_namespace(ray.head_pod(cluster))
     assert _redis_keys(ray, redis_pod, storage) > 0, f"no state in Redis under {storage}"
     started = time.monotonic()

@@ -1,4 +1,7 @@
-"""Area raycluster: a RayCluster becomes ready, is wired as documented, and goes away cleanly."""
+"""Area raycluster: a RayCluster becomes ready, is wired as documented, and goes away cleanly.
+
+Each check's docstring names the KubeRay misbehaviour it exists to catch ("Catches: ...").
+"""
 
 from __future__ import annotations
 
@@ -14,12 +17,15 @@ from conformance.kube.manifests import render
 from conformance.kube.pods import is_ready, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, wait_for, wait_gone
+from conformance.plugin import NOT_APPLICABLE
 from conformance.profiles import Profile
 from conformance.suites.conftest import manifest_values
+from conformance.suites.shared import Shared
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("raycluster")
 
+REPLICA_NAME = "ray.io/worker-group-replica-name"  # the hosts of one numOfHosts replica share it
 DOCUMENTED_HEAD_PORTS = {
     "client": 10001,
     "gcs-server": 6379,
@@ -34,16 +40,17 @@ def _create_ready(
 ) -> dict[str, Any]:
     started = time.monotonic()
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
-    head = wait_for(
-        ray.core.list_namespaced_pod,
-        is_ready,
-        what=f"the head pod of {values['name']} to be Ready",
-        timeout=timeouts.ready,
-        namespace=ray.namespace,
-        label_selector=f"ray.io/cluster={values['name']},ray.io/node-type=head",
-    )
+    with behaviour(f"RayCluster {values['name']} gets a Ready head pod"):
+        wait_for(
+            ray.core.list_namespaced_pod,
+            is_ready,
+            what=f"the head pod of {values['name']} to be Ready",
+            timeout=timeouts.ready,
+            describe=lambda p: f"{p.metadata.name}: {p.status.phase}",
+            namespace=ray.namespace,
+            label_selector=f"ray.io/cluster={values['name']},ray.io/node-type=head",
+        )
     metrics["head_ready_s"] = round(time.monotonic() - started, 2)
-    assert head is not None
     cluster = ray.wait_cluster_ready(values["name"], timeouts.ready)
     metrics["cluster_ready_s"] = round(time.monotonic() - started, 2)
     return cluster
@@ -56,6 +63,7 @@ def _conditions(cluster: dict[str, Any]) -> dict[str, str]:
 def test_head_only_cluster_becomes_ready(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: a head-only RayCluster (no workerGroupSpecs) that never becomes ready, or gets workers."""
     cluster = _create_ready(
         ray, {**cluster_values, "name": "head-only", "head_num_cpus": 1}, timeouts, metrics
     )
@@ -64,23 +72,26 @@ def test_head_only_cluster_becomes_ready(
 
 
 def test_num_of_hosts_two_gives_replicas_times_two_pods(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    capabilities: Capabilities,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
 ) -> None:
+    """Catches: numOfHosts ignored (one pod per replica instead of replicas x numOfHosts), or the
+    hosts of one replica not labelled as one replica."""
     values = {
         **cluster_values,
         "name": "multihost",
         "workers": [{"name": "pair", "replicas": 1, "num_of_hosts": 2}],
     }
-    ray.create("rayclusters", render("ray/raycluster.yaml", **values))
-    wait_for(
-        ray.core.list_namespaced_pod,
-        lambda _p: len(ray.pods("multihost", "worker")) >= 2,
-        what="the worker pods of multihost to exist",
-        timeout=timeouts.ready,
-        namespace=ray.namespace,
-        label_selector="ray.io/cluster=multihost,ray.io/node-type=worker",
-    )
-    assert len(ray.pods("multihost", "worker")) == 1 * 2
+    cluster = _create_ready(ray, values, timeouts, metrics)
+    workers = ray.pods("multihost", "worker")
+    assert len(workers) == 1 * 2, f"1 replica x numOfHosts 2 made {len(workers)} worker pods"
+    assert cluster["status"].get("desiredWorkerReplicas") == 2, cluster["status"]
+    if capabilities.feature_gates.get("RayMultiHostIndexing"):  # the gate that labels replicas
+        replicas = {(p.metadata.labels or {}).get(REPLICA_NAME) for p in workers}
+        assert len(replicas) == 1 and None not in replicas, f"the two hosts name replicas {replicas}"
 
 
 @pytest.fixture(scope="module")
@@ -89,32 +100,44 @@ def shared(api: client.ApiClient, module_namespace: str) -> Ray:
 
 
 @pytest.fixture(scope="module")
-def head_and_workers(shared: Ray, profile: Profile, ray_version: str, timeouts: Timeouts) -> dict[str, float]:
-    """One head + two workers cluster that the wiring checks below share; returns its timings."""
-    timings: dict[str, float] = {}
-    values = {
-        **manifest_values(profile, ray_version),
-        "name": "hw",
-        "workers": [{"name": "small", "replicas": 2}],
-    }
-    _create_ready(shared, values, timeouts, timings)
-    started = time.monotonic()
-    wait_for(
-        shared.core.list_namespaced_pod,
-        lambda _p: sum(is_ready(p) for p in shared.pods("hw", "worker")) == 2,
-        what="both workers of hw to be Ready",
-        timeout=timeouts.ready,
-        namespace=shared.namespace,
-        label_selector="ray.io/cluster=hw,ray.io/node-type=worker",
-    )
-    timings["workers_ready_s"] = round(timings["cluster_ready_s"] + time.monotonic() - started, 2)
-    return timings
+def head_and_workers(
+    shared: Ray, profile: Profile, ray_version: str, timeouts: Timeouts
+) -> Shared[dict[str, float]]:
+    """One head + two workers cluster that the wiring checks below share, made by the first check
+    that asks (`.get()` returns its timings), so KubeRay failing to make it fails that check."""
+
+    def make() -> dict[str, float]:
+        timings: dict[str, float] = {}
+        values = {
+            **manifest_values(profile, ray_version),
+            "name": "hw",
+            "workers": [{"name": "small", "replicas": 2}],
+        }
+        _create_ready(shared, values, timeouts, timings)
+        started = time.monotonic()
+        with behaviour("both workers of RayCluster hw become Ready"):
+            wait_for(
+                shared.core.list_namespaced_pod,
+                lambda _p: sum(is_ready(p) for p in shared.pods("hw", "worker")) == 2,
+                what="both workers of hw to be Ready",
+                timeout=timeouts.ready,
+                describe=lambda p: f"{p.metadata.name}: {p.status.phase}",
+                namespace=shared.namespace,
+                label_selector="ray.io/cluster=hw,ray.io/node-type=worker",
+            )
+        timings["workers_ready_s"] = round(timings["cluster_ready_s"] + time.monotonic() - started, 2)
+        return timings
+
+    return Shared(make)
 
 
+@pytest.mark.requires("gate:RayClusterStatusConditions")
 def test_head_and_workers_report_documented_conditions(
-    head_and_workers: dict[str, float], shared: Ray, metrics: dict[str, float]
+    head_and_workers: Shared[dict[str, float]], shared: Ray, metrics: dict[str, float]
 ) -> None:
-    metrics.update(head_and_workers)
+    """Catches: a ready cluster whose status lacks HeadPodReady/RayClusterProvisioned, is not
+    `ready`, or miscounts its ready workers."""
+    metrics.update(head_and_workers.get())
     cluster = shared.get("rayclusters", "hw")
     conditions = _conditions(cluster)
     assert conditions.get("HeadPodReady") == "True", conditions
@@ -124,69 +147,115 @@ def test_head_and_workers_report_documented_conditions(
 
 
 def test_head_service_is_headless_with_documented_ports(
-    head_and_workers: dict[str, float], shared: Ray
+    head_and_workers: Shared[dict[str, float]], shared: Ray, profile: Profile
 ) -> None:
+    """Catches: a head Service that gets a cluster IP (ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE behaviour
+    by default), lacks a documented port, or does not select the head pod."""
+    if profile.exposes_head:
+        pytest.skip(NOT_APPLICABLE + f"the profile exposes the head Service ({profile.head_service_type})")
+    head_and_workers.get()
     service = shared.core.read_namespaced_service("hw-head-svc", shared.namespace)
     assert service.spec.cluster_ip == "None", f"head service has clusterIP {service.spec.cluster_ip}"
     ports = {p.name: p.port for p in service.spec.ports}
     for name, port in DOCUMENTED_HEAD_PORTS.items():
         assert ports.get(name) == port, f"port {name}: {ports.get(name)} (documented {port})"
+    head_labels = shared.head_pod("hw").metadata.labels or {}
+    selector = service.spec.selector or {}
+    assert selector and selector.items() <= head_labels.items(), f"selector {selector} misses the head"
 
 
-def test_workers_reach_the_head_through_cluster_dns(head_and_workers: dict[str, float], shared: Ray) -> None:
+def test_workers_reach_the_head_through_cluster_dns(
+    head_and_workers: Shared[dict[str, float]], shared: Ray
+) -> None:
+    """Catches: a head Service name that does not lead a worker to the head pod's GCS port."""
+    head_and_workers.get()
     worker = shared.pods("hw", "worker")[0]
     fqdn = f"hw-head-svc.{shared.namespace}.svc.cluster.local"
-    script = (
-        "import socket; s = socket.create_connection(("
-        f"'{fqdn}', 6379), timeout=10); print('connected', s.getpeername()[0])"
-    )
-    out = shared.exec(worker, ["python", "-c", script])
+    out = shared.exec(worker, ["python", "-c", CONNECT, fqdn, "6379"])
     head_ip = shared.head_pod("hw").status.pod_ip
-    assert f"connected {head_ip}" in out
+    assert f"connected {head_ip}" in out, f"from worker {worker.metadata.name} to {fqdn}:6379: {out.strip()}"
 
 
 def test_a_task_submitted_through_the_head_runs_on_a_worker(
-    head_and_workers: dict[str, float], shared: Ray
+    head_and_workers: Shared[dict[str, float]], shared: Ray
 ) -> None:
-    script = (
-        "import ray\n"
-        "ray.init(address='auto', logging_level='ERROR')\n"
-        "@ray.remote(num_cpus=1)\n"
-        "def where():\n"
-        "    return ray.util.get_node_ip_address()\n"
-        "print('ran-on', ray.get(where.remote(), timeout=120))\n"
-    )
-    out = shared.python_in_head("hw", script)
+    """Catches: workers that are Ready pods but never joined Ray (a task needing a worker's CPU,
+    the head having none, is never placed on one of the worker pods)."""
+    head_and_workers.get()
+    out = shared.python_in_head("hw", WHERE_A_TASK_RUNS)
     worker_ips = {p.status.pod_ip for p in shared.pods("hw", "worker")}
     ran_on = out.split("ran-on", 1)[1].split()[0]
     assert ran_on in worker_ips, f"task ran on {ran_on}, workers are {worker_ips}"
 
 
+# Connects from a pod to argv[1]:argv[2]; prints the peer's address, or why it could not.
+CONNECT = """
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+    print("connected", s.getpeername()[0])
+except OSError as exc:
+    print("unreachable", type(exc).__name__, exc)
+"""
+
+# A one-CPU task (the head offers no CPU): where it ran, or "none" when no worker took it in time.
+WHERE_A_TASK_RUNS = """
+import ray
+from ray.exceptions import GetTimeoutError
+ray.init(address="auto", logging_level="ERROR")
+@ray.remote(num_cpus=1)
+def where():
+    return ray.util.get_node_ip_address()
+try:
+    print("ran-on", ray.get(where.remote(), timeout=120))
+except GetTimeoutError:
+    print("ran-on none-in-120s")
+"""
+
+
 def test_image_change_does_not_restart_existing_pods(
-    head_and_workers: dict[str, float], shared: Ray, timeouts: Timeouts
+    head_and_workers: Shared[dict[str, float]], shared: Ray, timeouts: Timeouts
 ) -> None:
+    """Catches: an image change (not applied in place by KubeRay) that replaces or restarts running
+    pods. The same change adds a third worker: that new pod shows the operator reconciled this
+    spec (KubeRay keeps no observedGeneration up to date), or the window would prove nothing."""
+    head_and_workers.get()
     before = {p.metadata.uid: restarts(p) for p in shared.pods("hw")}
     spec = shared.get("rayclusters", "hw")["spec"]
     image = spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
-    patch = {"spec": {"headGroupSpec": {"template": {"spec": {"containers": [
+    groups = spec["workerGroupSpecs"]
+    groups[0].update(replicas=3, maxReplicas=3)
+    patch = {"spec": {"workerGroupSpecs": groups, "headGroupSpec": {"template": {"spec": {"containers": [
         {"name": "ray-head", "image": image + "-changed"}]}}}}}  # fmt: skip
     shared.patch("rayclusters", "hw", patch)
-    # Not every spec change is applied in place: the operator reconciles the change at once
-    # (it watches RayClusters); for the observation window no pod may be replaced or restarted.
+    with behaviour("the operator reconciles the changed spec (a third worker is made)"):
+        wait_for(
+            shared.core.list_namespaced_pod,
+            lambda pod: pod.metadata.uid not in before,
+            what="a third worker of hw",
+            timeout=timeouts.apply,
+            namespace=shared.namespace,
+            label_selector="ray.io/cluster=hw,ray.io/node-type=worker",
+        )
+    # Not every spec change is applied in place: for the observation window no pod that ran
+    # before the change may be replaced or restarted.
     broken = holds_for(
         shared.core.list_namespaced_pod,
-        lambda pod: pod.metadata.uid in before and restarts(pod) == before[pod.metadata.uid],
+        lambda pod: pod.metadata.uid not in before or restarts(pod) == before[pod.metadata.uid],
         what="the pods of hw are neither replaced nor restarted",
         duration=timeouts.apply,
         namespace=shared.namespace,
         label_selector="ray.io/cluster=hw",
     )
-    assert not broken, f"after an image change: {broken}"
+    gone = set(before) - {p.metadata.uid for p in shared.pods("hw")}
+    assert not broken and not gone, f"after an image change: {broken or f'{len(gone)} pods replaced'}"
 
 
 def test_deleting_the_raycluster_removes_its_pods_and_services(
-    head_and_workers: dict[str, float], shared: Ray, timeouts: Timeouts, metrics: dict[str, float]
+    head_and_workers: Shared[dict[str, float]], shared: Ray, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: pods or Services of a deleted RayCluster left behind (owner references missing)."""
+    head_and_workers.get()
     started = time.monotonic()
     shared.delete("rayclusters", "hw")
     with behaviour("deleting a RayCluster removes its pods and services"):
@@ -306,6 +375,7 @@ def test_a_claim_outlives_its_raycluster_with_its_data(
     timeouts: Timeouts,
     metrics: dict[str, float],
 ) -> None:
+    """Catches: a user's claim deleted with the RayCluster that mounted it, or its data lost."""
     name, marker = "volume", uuid.uuid4().hex
     body = render("ray/raycluster.yaml", **{**cluster_values, "name": name, "head_num_cpus": 1})
     _mount_claim(body["spec"]["headGroupSpec"]["template"]["spec"], claim)
@@ -330,6 +400,8 @@ def test_a_rayjob_result_on_a_claim_is_readable_after_its_cluster_is_gone(
     timeouts: Timeouts,
     metrics: dict[str, float],
 ) -> None:
+    """Catches: a RayJob's claim removed with its cluster by shutdownAfterJobFinishes, or the job's
+    cluster not removed at all."""
     name = "writes-result"
     body = render(
         "ray/rayjob.yaml",
@@ -341,13 +413,14 @@ def test_a_rayjob_result_on_a_claim_is_readable_after_its_cluster_is_gone(
     _mount_claim(body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"], claim)
     started = time.monotonic()
     ray.create("rayjobs", body)
-    job = ray.wait(
-        "rayjobs",
-        name,
-        lambda j: j.get("status", {}).get("jobDeploymentStatus") in ("Complete", "Failed"),
-        what=f"RayJob {name} to finish",
-        timeout=timeouts.ready + timeouts.cleanup,
-    )
+    with behaviour(f"RayJob {name} finishes"):
+        job = ray.wait(
+            "rayjobs",
+            name,
+            lambda j: j.get("status", {}).get("jobDeploymentStatus") in ("Complete", "Failed"),
+            what=f"RayJob {name} to finish",
+            timeout=timeouts.ready + timeouts.cleanup,
+        )
     assert job["status"].get("jobStatus") == "SUCCEEDED", f"RayJob {name}: {job['status']}"
     metrics["job_complete_s"] = round(time.monotonic() - started, 2)
     _provisioned_by_the_default_class(ray, claim, capabilities)

@@ -2,6 +2,11 @@
 
 Every check runs its own RayJob in its own namespace. Entrypoints are small Python
 programs, so the time measured is KubeRay's (cluster up, submission, cleanup), not Ray's.
+Each check's docstring names the KubeRay misbehaviour it exists to catch ("Catches: ...").
+Every wait on a RayJob's status is KubeRay's behaviour: running out of time is a failure.
+Bounds are the configured value plus the profile's slack (`thresholds.ttl_slack_s`,
+`thresholds.deadline_slack_s`); lower bounds allow CLOCK_TOLERANCE_S for status times, which
+the API keeps to the second.
 """
 
 from __future__ import annotations
@@ -12,15 +17,19 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from conformance.kube.deletions import DeletionTimes, parse_time
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, holds_for, wait_gone
+from conformance.kube.wait import WaitTimeout, behaviour, holds_for, wait_gone
+from conformance.profiles import Profile
 from conformance.suites import rayjobs
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("rayjob")
 
 FINISHED = ("Complete", "Failed", "ValidationFailed")
+CLOCK_TOLERANCE_S = 1.0  # status times have second resolution
+DELETION_POLICY = pytest.mark.requires("gate:RayJobDeletionPolicy")
 
 
 def _status(obj: dict[str, Any]) -> dict[str, Any]:
@@ -45,11 +54,25 @@ class Tracker:
             self.seen.append(state)
 
     def until(self, predicate: Any, what: str, timeout: float) -> dict[str, Any]:
+        """Wait on the RayJob's status (KubeRay's behaviour): running out is an AssertionError."""
+
         def observe(obj: dict[str, Any]) -> bool:
             self._note(obj)
             return predicate(obj)
 
-        return self.ray.wait("rayjobs", self.name, observe, what=what, timeout=timeout, describe=_describe)
+        try:
+            return self.ray.wait(
+                "rayjobs", self.name, observe, what=what, timeout=timeout, describe=_describe
+            )
+        except WaitTimeout as exc:
+            raise AssertionError(f"{exc} (deployment statuses seen: {self.seen})") from exc
+
+    def running(self, timeouts: Timeouts) -> dict[str, Any]:
+        return self.until(
+            lambda o: _status(o).get("jobDeploymentStatus") == "Running",
+            f"RayJob {self.name} to run",
+            _job_timeout(timeouts),
+        )
 
     def finished(self, timeout: float) -> dict[str, Any]:
         return self.until(
@@ -60,12 +83,25 @@ class Tracker:
 
 
 def _completed(job: Tracker, timeouts: Timeouts) -> dict[str, Any]:
-    """Wait for the job's end; a precondition of the cleanup checks, so any other end is an error."""
+    """Wait for the job's end: its entrypoint succeeds, so any other end is KubeRay failing it."""
     final = job.finished(_job_timeout(timeouts))
     state = _status(final).get("jobDeploymentStatus")
-    if state != "Complete":
-        raise RuntimeError(f"RayJob {job.name} ended {state}, not Complete: {_status(final).get('message')}")
+    assert state == "Complete", f"RayJob {job.name} ended {state}, not Complete: {_status(final)}"
     return final
+
+
+def _seconds_after_end(final: dict[str, Any], at: float) -> float:
+    return round(at - parse_time(_status(final)["endTime"]), 2)
+
+
+def _run_time(status: dict[str, Any]) -> float:
+    return parse_time(status["endTime"]) - parse_time(status["startTime"])
+
+
+def _within(what: str, took: float, configured: float, slack: float) -> None:
+    """KubeRay promises `what` no sooner than `configured` seconds; the profile allows `slack` more."""
+    assert took >= configured - CLOCK_TOLERANCE_S, f"{what} after {took:.1f}s, before its {configured}s"
+    assert took <= configured + slack, f"{what} after {took:.1f}s: {configured}s + slack {slack}s at most"
 
 
 def _start(ray: Ray, body: dict[str, Any]) -> Tracker:
@@ -85,6 +121,8 @@ def _job_timeout(timeouts: Timeouts) -> float:
 def test_job_moves_initializing_running_complete(
     mode: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: a RayJob of this submission mode stuck before Complete (#1990, #4178), skipping
+    Initializing/Running, or losing the entrypoint's output."""
     started = time.monotonic()
     job = _start(ray, rayjobs.job(cluster_values, "happy", submissionMode=mode))
     with behaviour(f"a {mode} RayJob completes"):
@@ -117,6 +155,7 @@ def _job_logs(ray: Ray, job: dict[str, Any], mode: str) -> str:
 def test_failing_entrypoint_ends_failed_with_app_failed(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
+    """Catches: an entrypoint that exits non-zero not reported as Failed / FAILED / AppFailed."""
     job = _start(ray, rayjobs.job(cluster_values, "app-fails", rayjobs.FAILS))
     final = job.finished(_job_timeout(timeouts))
     status = _status(final)
@@ -128,6 +167,7 @@ def test_failing_entrypoint_ends_failed_with_app_failed(
 def test_failing_submitter_ends_failed_with_submission_failed(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
+    """Catches: a submitter pod that fails not reported as Failed / SubmissionFailed."""
     submitter = {"spec": {"restartPolicy": "Never", "containers": [{
         "name": "ray-job-submitter", "image": cluster_values["image"],
         "imagePullPolicy": cluster_values["pull_policy"],
@@ -142,128 +182,157 @@ def test_failing_submitter_ends_failed_with_submission_failed(
 # -- cleanup ----------------------------------------------------------------------------
 
 
+def _deletions(ray: Ray, cluster: str, job_name: str = "") -> DeletionTimes:
+    """Deletion times of the job's workers, head and RayCluster (and the RayJob), watched side by side."""
+    times = DeletionTimes()
+    pods = ray.core.list_namespaced_pod
+    for node_type in ("worker", "head"):  # a head-only cluster's "worker" watch fails, if asked
+        selector = f"ray.io/cluster={cluster},ray.io/node-type={node_type}"
+        times.watch(node_type, pods, namespace=ray.namespace, label_selector=selector)
+    times.watch("cluster", ray.list_fn("rayclusters"), field_selector=f"metadata.name={cluster}")
+    if job_name:
+        times.watch("rayjob", ray.list_fn("rayjobs"), field_selector=f"metadata.name={job_name}")
+    return times.start()
+
+
 @pytest.mark.kuberay_issue(1023, 1944, 3714)
 def test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_keeps_the_submitter(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    ttl = 10
+    """Catches: shutdownAfterJobFinishes deleting the cluster before ttlSecondsAfterFinished, more
+    than ttl_slack_s after it or never, or deleting the RayJob or its submitter Job too."""
+    ttl, slack = 10, profile.thresholds["ttl_slack_s"]
     job = _start(
         ray, rayjobs.job(cluster_values, "ttl", shutdownAfterJobFinishes=True, ttlSecondsAfterFinished=ttl)
     )
-    final = _completed(job, timeouts)
-    finished_at = time.monotonic()
-    cluster = _status(final)["rayClusterName"]
-    with behaviour("the RayCluster is deleted after ttlSecondsAfterFinished"):
-        wait_gone(
-            ray.list_fn("rayclusters"),
-            what=f"RayCluster {cluster}",
-            timeout=ttl + timeouts.cleanup,
-            field_selector=f"metadata.name={cluster}",
-        )
-    waited = time.monotonic() - finished_at
-    metrics["cleanup_after_end_s"] = round(waited, 2)
-    # Measured from when we saw Complete, which is at or after the job's end: a lower bound.
-    assert waited >= ttl - 1, f"the cluster was deleted {waited:.1f}s after the end, before the {ttl}s TTL"
-    submitter = ray.core.list_namespaced_pod(ray.namespace, label_selector="job-name=ttl").items
-    assert submitter, "the submitter Job's pod was removed with the cluster"
-    assert "rayjob-output-ok" in ray.core.read_namespaced_pod_log(submitter[0].metadata.name, ray.namespace)
+    cluster = _status(job.running(timeouts))["rayClusterName"]
+    with _deletions(ray, cluster) as deletions:
+        final = _completed(job, timeouts)
+        with behaviour("the RayCluster is deleted after ttlSecondsAfterFinished"):
+            deleted = _seconds_after_end(final, deletions.at("cluster", ttl + slack + timeouts.apply))
+    metrics["cleanup_after_end_s"] = deleted
+    _within("the RayCluster was deleted", deleted, ttl, slack)
+    (rayjob,) = ray.list_fn("rayjobs")(field_selector="metadata.name=ttl")["items"] or [None]
+    assert rayjob and not rayjob["metadata"].get("deletionTimestamp"), "the RayJob itself was deleted"
+    submitter = client.BatchV1Api(ray.api).list_namespaced_job(
+        ray.namespace, field_selector="metadata.name=ttl"
+    )
+    assert [j.metadata.deletion_timestamp for j in submitter.items] == [None], "the submitter Job went too"
+    pods = ray.core.list_namespaced_pod(ray.namespace, label_selector="job-name=ttl").items
+    assert pods, "the submitter Job's pod was removed with the cluster"
+    assert "rayjob-output-ok" in ray.core.read_namespaced_pod_log(pods[0].metadata.name, ray.namespace)
 
 
 def _rule(policy: str, ttl: int, job_status: str = "SUCCEEDED") -> dict[str, Any]:
     return {"policy": policy, "condition": {"jobStatus": job_status, "ttlSeconds": ttl}}
 
 
+@DELETION_POLICY
 def test_deletion_rules_act_in_ttl_order(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    values = {**cluster_values}
-    body = rayjobs.job(values, "rules", deletionStrategy={"deletionRules": [
-        _rule("DeleteWorkers", 0), _rule("DeleteCluster", 10), _rule("DeleteSelf", 20)]})  # fmt: skip
-    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(values)
+    """Catches: a deletion rule acting before its TTL or more than ttl_slack_s after it, rules
+    acting out of order (each deletion's own time, watched side by side), DeleteWorkers taking the head."""
+    ttls, slack = {"worker": 0, "cluster": 10, "rayjob": 20}, profile.thresholds["ttl_slack_s"]
+    rules = [_rule("DeleteWorkers", ttls["worker"]), _rule("DeleteCluster", ttls["cluster"]),
+             _rule("DeleteSelf", ttls["rayjob"])]  # fmt: skip
+    body = rayjobs.job(cluster_values, "rules", deletionStrategy={"deletionRules": rules})
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(cluster_values)
     job = _start(ray, body)
-    final = _completed(job, timeouts)
-    cluster = _status(final)["rayClusterName"]
-    started = time.monotonic()
-    with behaviour("deletion rules act in TTL order"):
-        wait_gone(
-            ray.core.list_namespaced_pod,
-            what="the workers",
-            timeout=timeouts.cleanup,
-            namespace=ray.namespace,
-            label_selector=f"ray.io/cluster={cluster},ray.io/node-type=worker",
-        )
-        metrics["workers_deleted_s"] = round(time.monotonic() - started, 2)
-        assert ray.head_pod(cluster).metadata.deletion_timestamp is None, "the head went with the workers"
-        wait_gone(
-            ray.list_fn("rayclusters"),
-            what=f"RayCluster {cluster}",
-            timeout=timeouts.cleanup + 10,
-            field_selector=f"metadata.name={cluster}",
-        )
-        metrics["cluster_deleted_s"] = round(time.monotonic() - started, 2)
-        assert ray.list_fn("rayjobs")(field_selector="metadata.name=rules")["items"], "the RayJob went first"
-        wait_gone(
-            ray.list_fn("rayjobs"),
-            what="RayJob rules",
-            timeout=timeouts.cleanup + 20,
-            field_selector="metadata.name=rules",
-        )
-        metrics["rayjob_deleted_s"] = round(time.monotonic() - started, 2)
-    assert metrics["workers_deleted_s"] <= metrics["cluster_deleted_s"] <= metrics["rayjob_deleted_s"]
-    assert metrics["cluster_deleted_s"] >= 9, "DeleteCluster acted before its 10s TTL"
+    cluster = _status(job.running(timeouts))["rayClusterName"]
+    with _deletions(ray, cluster, "rules") as deletions:
+        final = _completed(job, timeouts)
+        with behaviour("deletion rules act after their TTLs"):
+            after = {what: _seconds_after_end(final, deletions.at(what, ttl + slack + timeouts.apply))
+                     for what, ttl in ttls.items()}  # fmt: skip
+            head = _seconds_after_end(final, deletions.at("head", slack + timeouts.apply))
+    metrics.update({f"{what}_deleted_s": seconds for what, seconds in after.items()})
+    for what, ttl in ttls.items():
+        _within(f"the {what} was deleted", after[what], ttl, slack)
+    assert after["worker"] < after["cluster"] < after["rayjob"], f"deletions after the end: {after}"
+    assert head >= after["cluster"] - CLOCK_TOLERANCE_S, (
+        f"the head went at {head}s, before the cluster: {after}"
+    )
 
 
-def _cluster_stays(ray: Ray, cluster: str, timeouts: Timeouts) -> str:
-    """Watch the job's cluster for the apply timeout; "" if it was never marked for deletion."""
+def _cluster_stays(ray: Ray, cluster: str, profile: Profile) -> str:
+    """Watch the job's cluster for as long as a TTL-0 rule may take to act (the profile's
+    ttl_slack_s); "" if it was never marked for deletion."""
     return holds_for(
         ray.list_fn("rayclusters"),
         lambda o: o["metadata"].get("deletionTimestamp") is None,
         what=f"RayCluster {cluster} stays",
-        duration=timeouts.apply,
+        duration=profile.thresholds["ttl_slack_s"],
         field_selector=f"metadata.name={cluster}",
     )
 
 
-def test_delete_none_deletes_nothing(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts) -> None:
-    job = _start(
+def _workers_go(ray: Ray, cluster: str, what: str, profile: Profile, timeouts: Timeouts) -> None:
+    with behaviour(what):
+        wait_gone(
+            ray.core.list_namespaced_pod,
+            what=f"the workers of {cluster}",
+            timeout=profile.thresholds["ttl_slack_s"] + timeouts.apply,
+            namespace=ray.namespace,
+            label_selector=f"ray.io/cluster={cluster},ray.io/node-type=worker",
+        )
+
+
+@DELETION_POLICY
+def test_delete_none_deletes_nothing(
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts
+) -> None:
+    """Catches: DeleteNone deleting the cluster. The positive control, a RayJob beside it whose
+    DeleteCluster rule must act, shows the operator applies deletion rules at all (an operator that
+    ignored them would pass DeleteNone alone)."""
+    keep = _start(
         ray, rayjobs.job(cluster_values, "keep", deletionStrategy={"deletionRules": [_rule("DeleteNone", 0)]})
     )
-    final = _completed(job, timeouts)
-    broken = _cluster_stays(ray, _status(final)["rayClusterName"], timeouts)
-    assert not broken, f"DeleteNone: {broken}"
+    rules = {"deletionRules": [_rule("DeleteCluster", 0)]}
+    control = _start(ray, rayjobs.job(cluster_values, "control", deletionStrategy=rules))
+    kept = _status(_completed(keep, timeouts))["rayClusterName"]
+    controlled = _status(_completed(control, timeouts))["rayClusterName"]
+    with behaviour("the control RayJob's DeleteCluster rule deletes its cluster"):
+        wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {controlled}",
+                  timeout=profile.thresholds["ttl_slack_s"] + timeouts.apply,
+                  field_selector=f"metadata.name={controlled}")  # fmt: skip
+    broken = _cluster_stays(ray, kept, profile)
+    assert not broken, f"DeleteNone: RayCluster {kept}: {broken}"
 
 
+@DELETION_POLICY
 def test_rules_act_only_on_their_outcome(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:
-    rules = [_rule("DeleteCluster", 0, "SUCCEEDED"), _rule("DeleteNone", 0, "FAILED")]
-    job = _start(
-        ray,
-        rayjobs.job(cluster_values, "on-failure", rayjobs.FAILS, deletionStrategy={"deletionRules": rules}),
-    )
+    """Catches: a rule for SUCCEEDED acting on a FAILED job. The FAILED job's own rule
+    (DeleteWorkers) must act, so an operator that ignored rules altogether fails too."""
+    rules = [_rule("DeleteCluster", 0, "SUCCEEDED"), _rule("DeleteWorkers", 0, "FAILED")]
+    body = rayjobs.job(cluster_values, "on-failure", rayjobs.FAILS, deletionStrategy={"deletionRules": rules})
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(cluster_values)
+    job = _start(ray, body)
     final = job.finished(_job_timeout(timeouts))
     assert _status(final)["jobStatus"] == "FAILED", _status(final)
-    broken = _cluster_stays(ray, _status(final)["rayClusterName"], timeouts)
+    cluster = _status(final)["rayClusterName"]
+    _workers_go(ray, cluster, "the FAILED job's DeleteWorkers rule deletes its workers", profile, timeouts)
+    broken = _cluster_stays(ray, cluster, profile)
     assert not broken, f"the SUCCEEDED rule acted on a FAILED job: {broken}"
 
 
+@DELETION_POLICY
 def test_legacy_on_success_policy_still_works(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:
-    # 1.6 refuses shutdownAfterJobFinishes with a DeleteNone policy, so both outcomes delete the cluster.
-    strategy = {"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteCluster"}}
-    job = _start(
-        ray, rayjobs.job(cluster_values, "legacy", shutdownAfterJobFinishes=True, deletionStrategy=strategy)
-    )
-    final = _completed(job, timeouts)
+    """Catches: the legacy onSuccess policy ignored in favour of shutdownAfterJobFinishes. Its
+    DeleteWorkers must delete only the workers, where shutdown alone would delete the whole cluster."""
+    # 1.6 refuses shutdownAfterJobFinishes with a DeleteNone policy, hence DeleteCluster on failure.
+    strategy = {"onSuccess": {"policy": "DeleteWorkers"}, "onFailure": {"policy": "DeleteCluster"}}
+    body = rayjobs.job(cluster_values, "legacy", shutdownAfterJobFinishes=True, deletionStrategy=strategy)
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(cluster_values)
+    final = _completed(_start(ray, body), timeouts)
     cluster = _status(final)["rayClusterName"]
-    with behaviour("onSuccess DeleteCluster deletes the cluster"):
-        wait_gone(
-            ray.list_fn("rayclusters"),
-            what=f"RayCluster {cluster}",
-            timeout=timeouts.cleanup,
-            field_selector=f"metadata.name={cluster}",
-        )
+    _workers_go(ray, cluster, "onSuccess DeleteWorkers deletes the workers", profile, timeouts)
+    broken = _cluster_stays(ray, cluster, profile)
+    assert not broken, f"onSuccess DeleteWorkers, yet the whole RayCluster {cluster} went: {broken}"
     assert ray.list_fn("rayjobs")(field_selector="metadata.name=legacy")["items"], "the RayJob itself went"
 
 
@@ -289,11 +358,13 @@ def _validation_cases(values: dict[str, Any]) -> dict[str, tuple[dict[str, Any],
 
 
 @pytest.mark.parametrize("case", [
-    "rules_with_shutdown", "ttls_out_of_order", "delete_workers_with_autoscaling",
-    "delete_cluster_with_cluster_selector", "ttl_without_shutdown"])  # fmt: skip
+    pytest.param(case, marks=DELETION_POLICY) for case in (
+        "rules_with_shutdown", "ttls_out_of_order", "delete_workers_with_autoscaling",
+        "delete_cluster_with_cluster_selector")] + ["ttl_without_shutdown"])  # fmt: skip
 def test_invalid_spec_ends_in_validation_failed_with_a_message(
     case: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
+    """Catches: an invalid RayJob spec accepted (a cluster made), or refused without saying why."""
     spec, words = _validation_cases(cluster_values)[case]
     body = rayjobs.job(cluster_values, "invalid", **spec)
     if spec.get("rayClusterSpec", "") is None:
@@ -314,6 +385,7 @@ def test_invalid_spec_ends_in_validation_failed_with_a_message(
 def test_backoff_limit_retries_with_a_new_cluster_each_time(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: backoffLimit ignored (fewer or more attempts than 1 + 2), or a retry reusing a cluster."""
     job = _start(ray, rayjobs.job(cluster_values, "retries", rayjobs.FAILS, backoffLimit=2))
     clusters: set[str] = set()
 
@@ -333,38 +405,48 @@ def test_backoff_limit_retries_with_a_new_cluster_each_time(
 
 
 def test_active_deadline_ends_in_deadline_exceeded_and_is_not_retried(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:
+    """Catches: a RayJob outliving activeDeadlineSeconds (beyond deadline_slack_s), ended before
+    it, not marked DeadlineExceeded, or retried although DeadlineExceeded is never retried."""
+    deadline, slack = 40, profile.thresholds["deadline_slack_s"]
     sleeps = rayjobs.runs_for(600)
     job = _start(
-        ray, rayjobs.job(cluster_values, "deadline", sleeps, activeDeadlineSeconds=40, backoffLimit=2)
+        ray, rayjobs.job(cluster_values, "deadline", sleeps, activeDeadlineSeconds=deadline, backoffLimit=2)
     )
-    final = job.finished(_job_timeout(timeouts) + 40)
+    final = job.finished(deadline + slack + timeouts.apply)
     status = _status(final)
     assert status["jobDeploymentStatus"] == "Failed", status
     assert status.get("reason") == "DeadlineExceeded", status
+    _within("the job ended", _run_time(status), deadline, slack)
     assert "Retrying" not in job.seen, f"a DeadlineExceeded job was retried: {job.seen}"
 
 
 def test_pre_running_deadline_fails_a_job_whose_cluster_cannot_start(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:
-    body = rayjobs.job(cluster_values, "never-runs", preRunningDeadlineSeconds=20)
+    """Catches: a RayJob whose cluster can never start not failed by preRunningDeadlineSeconds
+    (within deadline_slack_s), failed before it, or not marked PreRunningDeadlineExceeded."""
+    deadline, slack = 20, profile.thresholds["deadline_slack_s"]
+    body = rayjobs.job(cluster_values, "never-runs", preRunningDeadlineSeconds=deadline)
     head = body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     head["resources"] = {"requests": {"cpu": "64"}, "limits": {"cpu": "64"}}  # no node has that much
     job = _start(ray, body)
-    final = job.finished(timeouts.ready)
+    final = job.finished(deadline + slack + timeouts.apply)
     status = _status(final)
     assert status["jobDeploymentStatus"] == "Failed", status
     assert status.get("reason") == "PreRunningDeadlineExceeded", status
+    _within("the job failed", _run_time(status), deadline, slack)
 
 
 # -- existing clusters, suspension, deletion ---------------------------------------------
 
 
 def test_cluster_selector_runs_on_an_existing_cluster_and_never_deletes_it(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:
+    """Catches: a clusterSelector RayJob not run on the selected cluster, making its own, or the
+    selected cluster deleted with the RayJob."""
     ray.create(
         "rayclusters",
         render("ray/raycluster.yaml", **{**cluster_values, "name": "shared", "head_num_cpus": 1}),
@@ -375,14 +457,16 @@ def test_cluster_selector_runs_on_an_existing_cluster_and_never_deletes_it(
     job = _start(ray, body)
     final = _completed(job, timeouts)
     assert _status(final)["rayClusterName"] == "shared", _status(final)
+    assert [c["metadata"]["name"] for c in ray.list_fn("rayclusters")()["items"]] == ["shared"]
     ray.delete("rayjobs", "guest")
-    wait_gone(
-        ray.list_fn("rayjobs"),
-        what="RayJob guest",
-        timeout=timeouts.cleanup,
-        field_selector="metadata.name=guest",
-    )
-    broken = _cluster_stays(ray, "shared", timeouts)
+    with behaviour("a deleted RayJob goes (its finalizer is removed)"):
+        wait_gone(
+            ray.list_fn("rayjobs"),
+            what="RayJob guest",
+            timeout=timeouts.cleanup,
+            field_selector="metadata.name=guest",
+        )
+    broken = _cluster_stays(ray, "shared", profile)
     assert not broken, f"the selected cluster did not stay: {broken}"
 
 
@@ -412,13 +496,10 @@ def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
         rayjobs.runs_for(30, "rayjob-output-ok"),
         shutdownAfterJobFinishes=True,
     )
+    """Catches: suspend not deleting the cluster and submitter or never reaching Suspended, and a
+    resumed RayJob not starting anew on a new cluster and completing."""
     job = _start(ray, body)
-    running = job.until(
-        lambda o: _status(o).get("jobDeploymentStatus") == "Running",
-        "RayJob pausable to run",
-        _job_timeout(timeouts),
-    )
-    first_cluster = _status(running)["rayClusterName"]
+    first_cluster = _status(job.running(timeouts))["rayClusterName"]
     ray.patch("rayjobs", "pausable", {"spec": {"suspend": True}})
     with behaviour("suspend deletes the cluster and the submitter and reaches Suspended"):
         job.until(
@@ -429,22 +510,18 @@ def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
         _wait_children_gone(ray, first_cluster, "pausable", timeouts)
     started = time.monotonic()
     ray.patch("rayjobs", "pausable", {"spec": {"suspend": False}})
-    with behaviour("a resumed RayJob runs to completion"):
-        final = _completed(job, timeouts)
+    final = _completed(job, timeouts)
     metrics["job_complete_after_resume_s"] = round(time.monotonic() - started, 2)
     assert _status(final)["jobStatus"] == "SUCCEEDED"
+    assert _status(final)["rayClusterName"] != first_cluster, "the resumed job reused the deleted cluster"
 
 
 def test_deleting_a_running_job_removes_its_cluster_and_submitter(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: the RayCluster, submitter Job or pods of a deleted running RayJob left behind."""
     job = _start(ray, rayjobs.job(cluster_values, "doomed", rayjobs.runs_for(600)))
-    running = job.until(
-        lambda o: _status(o).get("jobDeploymentStatus") == "Running",
-        "RayJob doomed to run",
-        _job_timeout(timeouts),
-    )
-    cluster = _status(running)["rayClusterName"]
+    cluster = _status(job.running(timeouts))["rayClusterName"]
     started = time.monotonic()
     ray.delete("rayjobs", "doomed")
     with behaviour("deleting a running RayJob removes its children"):
@@ -478,7 +555,7 @@ print("ray-job-status", status.value)
 def test_deleting_a_running_job_stops_its_ray_job_first(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
-    """The RayJob's finalizer stops the Ray job before the RayJob goes.
+    """Catches: a deleted RayJob whose Ray job keeps running (its finalizer does not stop it).
 
     The job runs in HTTPMode (no submitter pod that could stop it on its own) on a cluster
     chosen by clusterSelector, which outlives the RayJob: its job server is then asked how

@@ -5,6 +5,10 @@ the operator makes a Secret named after the cluster with the key `auth_token` an
 Ray as RAY_AUTH_TOKEN; Ray's dashboard then answers 401 without a token and 403 with a wrong one
 (`ray/_private/authentication/http_token_authentication.py`). The probes run inside the head, so
 the token never passes through the harness's command lines, logs or assertion messages.
+Each check's docstring names the KubeRay misbehaviour it exists to catch ("Catches: ...").
+
+The last two checks are the harness's own hygiene (the token kept out of the run's files, the
+read paths under the documented RBAC): area `harness`, reported apart and not in the verdict.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from conformance.kube.ray import Ray
 from conformance.plugin import NOT_APPLICABLE, RUN_KEY
 from conformance.profiles import Profile
 from conformance.suites.conftest import manifest_values
+from conformance.suites.shared import Shared
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("security")
@@ -62,6 +67,8 @@ for call, (method, path, body) in calls.items():
                 code = answer.status
         except urllib.error.HTTPError as error:
             code = error.code
+        except OSError as error:  # refused or timed out: reported, not a crash of the probe
+            code = "unreachable " + type(error).__name__
         out[call + "/" + kind] = code
 print("PROBE" + json.dumps(out))
 """
@@ -73,13 +80,17 @@ def shared(api: client.ApiClient, module_namespace: str) -> Ray:
 
 
 @pytest.fixture(scope="module")
-def secured(shared: Ray, profile: Profile, ray_version: str, timeouts: Timeouts) -> dict[str, Any]:
-    """A head-only RayCluster with token authentication, ready."""
-    values = {**manifest_values(profile, ray_version), "name": NAME, "head_num_cpus": 1}
-    body = render("ray/raycluster.yaml", **values)
-    body["spec"]["authOptions"] = {"mode": "token"}
-    shared.create("rayclusters", body)
-    return shared.wait_cluster_ready(NAME, timeouts.ready)
+def secured(shared: Ray, profile: Profile, ray_version: str, timeouts: Timeouts) -> Shared[dict[str, Any]]:
+    """A head-only RayCluster with token authentication, made ready by the first check that asks."""
+
+    def make() -> dict[str, Any]:
+        values = {**manifest_values(profile, ray_version), "name": NAME, "head_num_cpus": 1}
+        body = render("ray/raycluster.yaml", **values)
+        body["spec"]["authOptions"] = {"mode": "token"}
+        shared.create("rayclusters", body)
+        return shared.wait_cluster_ready(NAME, timeouts.ready)
+
+    return Shared(make)
 
 
 def _token(ray: Ray) -> str:
@@ -97,9 +108,12 @@ def _requires_token_auth(capabilities: caps.Capabilities, ray_version: str) -> N
 
 
 def test_token_auth_gives_the_cluster_a_secret_with_auth_token(
-    capabilities: caps.Capabilities, ray_version: str, secured: dict[str, Any], shared: Ray
+    capabilities: caps.Capabilities, ray_version: str, secured: Shared[dict[str, Any]], shared: Ray
 ) -> None:
+    """Catches: token mode without its Secret (`auth_token`, owned by the RayCluster), a short
+    token, or the token written into the pod spec instead of a secretKeyRef."""
     _requires_token_auth(capabilities, ray_version)
+    secured.get()
     secret = shared.core.read_namespaced_secret(NAME, shared.namespace)
     assert TOKEN_KEY in (secret.data or {}), f"Secret {NAME} has keys {sorted(secret.data or {})}"
     assert len(_token(shared)) >= 16, "the generated token is shorter than 16 characters"
@@ -115,9 +129,12 @@ def test_token_auth_gives_the_cluster_a_secret_with_auth_token(
 
 
 def test_dashboard_and_job_submission_require_the_token(
-    capabilities: caps.Capabilities, ray_version: str, secured: dict[str, Any], shared: Ray
+    capabilities: caps.Capabilities, ray_version: str, secured: Shared[dict[str, Any]], shared: Ray
 ) -> None:
+    """Catches: the dashboard or the job-submission API answering without the token (not 401),
+    with a wrong one (not 403), or refusing the right one."""
     _requires_token_auth(capabilities, ray_version)
+    secured.get()
     service = f"{NAME}-head-svc.{shared.namespace}.svc.cluster.local"
     out = shared.python_in_head(NAME, PROBE.format(service=service, port=DASHBOARD_PORT))
     codes = json.loads(out.split("PROBE", 1)[1].strip().splitlines()[0])
@@ -128,14 +145,16 @@ def test_dashboard_and_job_submission_require_the_token(
 
 
 def test_the_head_is_not_exposed_outside_the_cluster(
-    secured: dict[str, Any], shared: Ray, profile: Profile
+    secured: Shared[dict[str, Any]], shared: Ray, profile: Profile
 ) -> None:
-    """By default: no NodePort, LoadBalancer or external IP, no host port, no Ingress."""
+    """Catches: a head reachable from outside the cluster by default: a NodePort/LoadBalancer
+    Service, external IPs, host ports or network, an Ingress, a node address answering."""
     if profile.exposes_head:
         pytest.skip(
             NOT_APPLICABLE + f"the profile exposes the head Service ({profile.head_service_type}); "
             "the report's environment says so"
         )
+    secured.get()
     service = shared.core.read_namespaced_service(f"{NAME}-head-svc", shared.namespace)
     assert service.spec.type == "ClusterIP", f"head Service type {service.spec.type}"
     assert not service.spec.external_ips, f"head Service external IPs {service.spec.external_ips}"
@@ -168,10 +187,11 @@ def _answers(address: str, port: int) -> bool:
         return False
 
 
+@pytest.mark.area("harness")
 def test_the_token_never_appears_in_the_run_artifacts(
     capabilities: caps.Capabilities,
     ray_version: str,
-    secured: dict[str, Any],
+    secured: Shared[dict[str, Any]],
     shared: Ray,
     conformance: Environment,
     request: pytest.FixtureRequest,
@@ -182,8 +202,12 @@ def test_the_token_never_appears_in_the_run_artifacts(
     summary.json, junit.xml, index.html and the Allure page are written after the last check, so
     the token is also handed to the run (in memory), which searches every file once the last one
     is written and turns this check into a failure if any holds it.
+
+    The harness's own hygiene (area `harness`, not in the verdict): catches the harness leaking a
+    cluster's secret, not a KubeRay misbehaviour.
     """
     _requires_token_auth(capabilities, ray_version)
+    secured.get()
     token = _token(shared)
     run = request.config.stash[RUN_KEY]
     run_dir = run.options.run_dir
@@ -246,6 +270,7 @@ def _client_with_token(api: client.ApiClient, token: str) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+@pytest.mark.area("harness")
 def test_read_paths_run_with_the_documented_permissions(
     reader_api: client.ApiClient,
     api: client.ApiClient,
@@ -255,6 +280,8 @@ def test_read_paths_run_with_the_documented_permissions(
     timeouts: Timeouts,
     tmp_path: Path,
 ) -> None:
+    """The harness's own hygiene (area `harness`, not in the verdict): its read paths need no
+    more than docs/permissions.md grants."""
     ray.create("rayclusters", render("ray/raycluster.yaml", **{**cluster_values, "name": "watched"}))
     ray.wait_cluster_ready("watched", timeouts.ready)
     facts = kuberay.observed_operator(reader_api, conformance.operator_namespace)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conformance import listing
-from conformance.report.summary import AREAS
+from conformance.report.summary import AREAS, HARNESS
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_list_prints_every_area_with_preconditions_and_touches_nothing(tmp_path:
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     *checks, total = rows
-    assert {row.split()[0] for row in checks} <= set(AREAS)
+    assert {row.split()[0] for row in checks} <= {*AREAS, HARNESS}
     assert total.startswith(f"{len(checks)} checks in ")
     assert any("requires gpu" in row for row in checks)
     assert any("kuberay#" in row for row in checks)

@@ -88,12 +88,14 @@ def test_rayjob_entrypoints_are_python_programs_that_compile() -> None:
 
     from conformance.suites import rayjobs  # noqa: PLC0415
 
-    for entrypoint in (rayjobs.SUCCEEDS, rayjobs.FAILS, rayjobs.runs_for(600),
-                       rayjobs.retried_task_runs_for(20, "task-done")):  # fmt: skip
+    for entrypoint in (rayjobs.SUCCEEDS, rayjobs.FAILS, rayjobs.runs_for(600), rayjobs.RETRIED_TASK):
         argv = shlex.split(entrypoint)
         assert argv[:2] == ["python", "-c"], entrypoint
         compile(argv[2], entrypoint, "exec")
     assert rayjobs.runs_for(30, "done").endswith("print('done')\"")
+    compile(rayjobs.RETRIED_TASK_SCRIPT, "retried task", "exec")
+    assert rayjobs.task_attempts("task-done\ntask-attempts 0,1\n") == [0, 1]
+    assert rayjobs.task_attempts("task-done\n") == []
 
 
 @pytest.mark.parametrize("template", ["ray/raycluster.yaml", "ray/rayjob.yaml", "ray/rayservice.yaml"])
