@@ -30,9 +30,10 @@ INCREMENTAL = "NewClusterWithIncrementalUpgrade"
 # How often the sampler reads the RayService and its HTTPRoute during an upgrade. Status moves
 # at reconcile speed (seconds); four reads a second see every step without loading the API.
 SAMPLE_INTERVAL_S = 0.25
-# Reads further apart than this leave a hole in which a traffic step could pass unseen (the
-# fastest plan moves every second; two steps seen as one would read as a jump over the step).
-MAX_READ_GAP_S = 2.0
+# Reads further apart than this leave a hole in which a step of the plans the checks run (every
+# 5 s or slower, or all at once) could pass unseen and two steps read as one jump; it is also how
+# late a promotion may be seen.
+MAX_READ_GAP_S = 3.0
 # The CPU a serving head asks for. During an upgrade one head serves while another starts (which
 # takes a core for half a minute); with the 100m other checks ask for, the serving head's share
 # of a busy 2-core node is too small to answer in time, which says nothing about KubeRay.

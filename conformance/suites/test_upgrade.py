@@ -40,7 +40,7 @@ NAME = "echo"
 # Short, so a check does not wait the default minute; the check measures that it is honoured.
 DELETION_DELAY_S = 10
 # Promotion is known to the sampler's resolution, so "not before the delay" allows this much.
-DELETION_EARLY_S = 2
+DELETION_EARLY_S = rs.MAX_READ_GAP_S
 # The step plans KubeRay's own e2e tests use (stepSizePercent, intervalSeconds, maxSurgePercent).
 PLANS = [
     pytest.param(100, 1, 100, id="step100-interval1-surge100"),
