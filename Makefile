@@ -14,7 +14,7 @@ HOST_PACKAGES := runc containernetworking-plugins iptables iproute2 util-linux p
                  chromium chromium-driver
 
 RUN_DIR     ?= reports/latest
-.PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status report lint bench
+.PHONY: help host-deps venv test unit conformance cluster-up cluster-down cluster-status report lint bench sensitivity
 
 help:
 	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER) (writes reports/<run-id>/)"
@@ -26,6 +26,7 @@ help:
 	@echo "make report         rebuild the reports of RUN_DIR=$(RUN_DIR) (exit code: its verdict)"
 	@echo "make lint           ruff"
 	@echo "make bench          record the figures in benchmarks/README.md (local provider, main job, upgrades)"
+	@echo "make sensitivity    seed KubeRay faults; each must be caught by its check and no other (local cluster)"
 
 # Debian packages the local provider uses (runc, CNI plugins, iptables, image tooling), and the
 # report's: chromium for its browser tests; node and npm (Debian's, unless a node is already
@@ -75,6 +76,12 @@ report: venv
 lint: venv
 	$(BIN)/ruff check conformance tests benchmarks
 	$(BIN)/ruff format --check conformance tests benchmarks
+
+# Seeded KubeRay faults, each caught by the check that names it (tests/sensitivity/; not part of
+# `make test`). KRC_CLUSTER_LOCK=/path/to/lock takes that flock(1) lock per fault, not for the whole suite.
+sensitivity: host-deps venv
+	$(BIN)/pytest tests/sensitivity -m sensitivity -q -ra $(PYTEST_ARGS)
+	$(BIN)/python benchmarks/sensitivity.py
 
 # Figures, not tests: the local provider's bring-up and footprint, a warm main job, the report build,
 # and RayService upgrades under load (areas rayservice and upgrade).

@@ -121,7 +121,13 @@ class Environment:
             version, gates = settings.version, dict(settings.feature_gates)
         else:
             gates = {**kuberay.chart_feature_gates(version), **settings.feature_gates}
-        spec = kuberay.OperatorSpec(version=version, namespace=settings.namespace, feature_gates=gates)
+        spec = kuberay.OperatorSpec(
+            version=version,
+            namespace=settings.namespace,
+            feature_gates=gates,
+            env=dict(settings.env),
+            extra_args=settings.extra_args,
+        )
         self.operator_spec = spec
         assert self.api is not None and self.cluster is not None
         if settings.install == "existing":

@@ -174,6 +174,10 @@ class OperatorSpec:
     feature_gates: dict[str, bool] = field(default=None, hash=False)  # type: ignore[assignment]
     watch_namespaces: tuple[str, ...] = ()  # empty: every namespace
     leader_election: bool = True
+    # Set on top of the chart's defaults: container environment variables the operator reads, and
+    # arguments after the chart's (Go's flag package: a repeated flag's last value wins).
+    env: dict[str, str] = field(default_factory=dict, hash=False)
+    extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _VERSION.fullmatch(self.version):
@@ -226,7 +230,7 @@ def chart_args(spec: OperatorSpec) -> list[str]:
     ]
     if spec.feature_gates and not gates_first:
         args.append(feature_gates_arg(spec.feature_gates))
-    return args
+    return args + list(spec.extra_args)
 
 
 def _semver(version: str) -> tuple[int, ...]:
@@ -242,6 +246,13 @@ def helm_values(spec: OperatorSpec) -> dict[str, Any]:
     }
     if spec.watch_namespaces:
         values["watchNamespace"] = list(spec.watch_namespaces)
+    if spec.env:
+        values["env"] = [{"name": name, "value": value} for name, value in spec.env.items()]
+    if spec.extra_args:
+        raise UsageError(
+            "kuberay.extra_args cannot be passed through the kuberay-operator Helm chart",
+            "use kuberay.env, or kuberay.install: local-build",
+        )
     return values
 
 
@@ -365,6 +376,10 @@ def render_operator(
         ARGS=json.dumps(chart_args(spec)),  # a JSON list is a YAML flow sequence
     )
     docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    for doc in docs:
+        if doc["kind"] == "Deployment" and spec.env:
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["env"] = [{"name": name, "value": value} for name, value in spec.env.items()]
     if image_build:
         # A rebuilt binary keeps its tag; a changed annotation makes the Deployment roll anyway.
         for doc in docs:

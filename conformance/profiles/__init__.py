@@ -25,6 +25,10 @@ class KubeRaySettings:
     install: str
     namespace: str
     feature_gates: dict[str, bool]
+    # Environment variables and extra arguments of the operator container, as KubeRay itself reads
+    # them (ENABLE_GCS_FT_REDIS_CLEANUP, --watch-namespace, ...); the sensitivity suite seeds faults so.
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
 
 
 HEAD_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
@@ -137,6 +141,8 @@ def parse(data: Any, source: Path) -> Profile:
             install=install,
             namespace=kuberay.text("namespace"),
             feature_gates={str(k): bool(v) for k, v in kuberay.mapping("feature_gates").items()},
+            env={str(k): _env_value(v) for k, v in _optional(kuberay, "env", kuberay.mapping, {}).items()},
+            extra_args=tuple(str(a) for a in _optional(kuberay, "extra_args", kuberay.sequence, ())),
         ),
         head_resources={k: str(v) for k, v in resources.mapping("head").items()},
         worker_resources={k: str(v) for k, v in resources.mapping("worker").items()},
@@ -150,6 +156,16 @@ def parse(data: Any, source: Path) -> Profile:
         gateway_install=gateway_install,
         head_service_type=head_service_type,
     )
+
+
+def _optional(reader: _Reader, key: str, read: Any, default: Any) -> Any:
+    """`read(key)` where the profile has `key`, else `default`."""
+    return read(key) if key in reader.data else default
+
+
+def _env_value(value: Any) -> str:
+    """YAML's true/false as the operator reads them (it compares lowercase text)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class _Reader:

@@ -366,3 +366,16 @@ def test_holder_pod_is_the_part_before_the_uuid() -> None:
     identity = "kuberay-operator-66847b99b9-z6vh8_1afc003c-1013-4ec6-9020-c36e651f2c47"
     assert kuberay.holder_pod(identity) == "kuberay-operator-66847b99b9-z6vh8"
     assert kuberay.holder_pod("") == ""
+
+
+def test_seeded_env_and_extra_args_reach_the_deployment_after_the_chart_args() -> None:
+    """The sensitivity suite's seeds: operator environment and arguments as KubeRay reads them."""
+    spec = OperatorSpec(env={"ENABLE_GCS_FT_REDIS_CLEANUP": "false"}, extra_args=("--watch-namespace=x",))
+    (deployment,) = [d for d in kuberay.render_operator(spec, "img:v1") if d["kind"] == "Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"] == [{"name": "ENABLE_GCS_FT_REDIS_CLEANUP", "value": "false"}]
+    assert container["args"] == [*CHART_1_7_0_ARGS, "--watch-namespace=x"]
+    assert "env" not in _rendered()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert kuberay.helm_values(OperatorSpec(env={"A": "1"}))["env"] == [{"name": "A", "value": "1"}]
+    with pytest.raises(UsageError, match="extra_args"):
+        kuberay.helm_values(spec)

@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conformance import profiles
 from conformance.capabilities import Capabilities, version_tuple
@@ -153,3 +154,18 @@ def test_a_profile_keeps_the_head_inside_unless_it_says_otherwise(tmp_path: Path
     with pytest.raises(UsageError, match=r"exposure\.head_service_type is 'Public'") as caught:
         profiles.load(str(path))
     assert "NodePort" in caught.value.fix
+
+
+def test_a_profile_may_set_operator_env_and_extra_args(tmp_path: Path) -> None:
+    healthy = profiles.load("default").kuberay
+    assert (healthy.env, healthy.extra_args) == ({}, ())
+    data = yaml.safe_load((profiles.BUNDLED / "default.yaml").read_text())
+    data["kuberay"].update(env={"ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE": True}, extra_args=["--qps=5"])
+    path = tmp_path / "seeded.yaml"
+    path.write_text(yaml.safe_dump(data))
+    seeded = profiles.load(str(path)).kuberay
+    assert (seeded.env, seeded.extra_args) == ({"ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE": "true"}, ("--qps=5",))
+    data["kuberay"]["extra_args"] = "--qps=5"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UsageError, match=r"kuberay\.extra_args must be a non-empty list"):
+        profiles.load(str(path))

@@ -1,0 +1,81 @@
+"""The sensitivity suite's figures: per seeded fault, its seed, the check that caught it, the outcome
+and the time it took; written as the "sensitivity" section of benchmarks/README.md.
+
+    python benchmarks/sensitivity.py        # after `make sensitivity` (or a -k part of it)
+
+Reads benchmarks/results/sensitivity/<fault>.json, which tests/sensitivity/ writes per fault.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.local_provider import machine, replace_section  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "sensitivity"
+
+
+def caught(record: dict) -> str:
+    """The catching checks' outcomes, e.g. `failed`; several different ones are listed."""
+    outcomes = {
+        outcome
+        for test, outcome in record["outcomes"].items()
+        if any(test.startswith(check.split("[")[0]) for check in record["catches"])
+    }
+    return ", ".join(sorted(outcomes)) or "did not run"
+
+
+def others_green(record: dict) -> str:
+    others = [
+        outcome
+        for test, outcome in record["outcomes"].items()
+        if not any(test.startswith(check.split("[")[0]) for check in record["catches"])
+    ]
+    red = [o for o in others if o not in ("passed", "not_applicable")]
+    return f"{len(others) - len(red)}/{len(others)}"
+
+
+def render(records: list[dict]) -> str:
+    dates = sorted({r["date"] for r in records})
+    lines = [
+        "## Sensitivity suite (`make sensitivity`)",
+        "",
+        f"{len(records)} seeded faults, recorded {', '.join(dates)} on {machine()}.",
+        "Each fault runs its catching check(s) and a few bystanders through `kuberay-conformance run`",
+        "with KubeRay misconfigured (operator env, arguments or gates in a copy of the default profile)",
+        "or acted on behind its back (a rogue plugin in the run); `restore` is putting the healthy",
+        "operator back. A fault passes when its catching check ended as expected (`failed`, or",
+        "`not_applicable` for a seeded missing precondition) and every bystander stayed green.",
+        "",
+        "| area | fault | seed | caught by | outcome | bystanders green | run s | restore s | run id |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        checks = "<br>".join(f"`{c.split('::', 1)[-1]}`" for c in r["catches"])
+        outcome = f"{caught(r)} (expected {r['expect']})"
+        times = f"{r['run_s']:.0f} | {r['restore_s']:.0f}"
+        lines.append(
+            f"| {r['area']} | {r['misbehaviour']} | {r['seed']} | {checks} | {outcome} "
+            f"| {others_green(r)} | {times} | {r['run_id']} |"
+        )
+    total = sum(r["run_s"] + r["restore_s"] for r in records)
+    lines += ["", f"Total: {total / 60:.1f} minutes of cluster time (runs and restores)."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    records = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    if not records:
+        sys.exit(f"no results in {RESULTS}: run `make sensitivity` first")
+    records.sort(key=lambda r: (r["area"], r["fault"]))
+    replace_section("sensitivity", render(records))
+    print(render(records))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""A pytest plugin loaded into a conformance run (PYTEST_PLUGINS) that acts behind the operator's back.
+
+The run prepares first (cluster, operator, images); then this plugin starts the function named
+by KRC_SENSITIVITY_ROGUE ("module:function") in a thread of the run's process. The function gets
+a `Rogue` and acts on the run's objects until `rogue.stopped`. Every action it takes is written to
+KRC_SENSITIVITY_ROGUE_LOG, one line each, so the sensitivity test can tell that the fault was
+really seeded; an exception in it is written there too (a seed that broke proves nothing).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from conformance.plugin import RUN_KEY, RUN_LABEL
+
+ROGUE_ENV = "KRC_SENSITIVITY_ROGUE"
+LOG_ENV = "KRC_SENSITIVITY_ROGUE_LOG"
+FAILED_MARK = "rogue-failed"
+
+
+class Rogue:
+    def __init__(self, api: client.ApiClient, run_id: str, operator_namespace: str, log: Path) -> None:
+        self.api, self.run_id, self.operator_namespace = api, run_id, operator_namespace
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._log = log
+        self._stop = threading.Event()
+
+    def networking(self) -> client.NetworkingV1Api:
+        return client.NetworkingV1Api(self.api)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def acted(self, what: str) -> None:
+        with self._log.open("a") as out:
+            out.write(what + "\n")
+
+    def in_run(self, obj: Any) -> bool:
+        """Whether an object lives in one of this run's namespaces."""
+        namespace = obj["metadata"]["namespace"] if isinstance(obj, dict) else obj.metadata.namespace
+        labels = self.core.read_namespace(namespace).metadata.labels or {}
+        return labels.get(RUN_LABEL) == self.run_id
+
+    def events(self, list_fn: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """Watch events of `list_fn` (a cluster-wide list call) until stopped, re-opened as they end."""
+        while not self.stopped:
+            for event in watch.Watch().stream(list_fn, timeout_seconds=5, **kwargs):
+                yield event
+                if self.stopped:
+                    return
+
+    def ray_objects(self, plural: str) -> Iterator[dict[str, Any]]:
+        """ADDED/MODIFIED events of Ray custom objects in the run's namespaces."""
+
+        def list_all(**kwargs: Any) -> Any:
+            return self.custom.list_cluster_custom_object("ray.io", "v1", plural, **kwargs)
+
+        for event in self.events(list_all):
+            if event["type"] in ("ADDED", "MODIFIED") and self.in_run(event["object"]):
+                yield event["object"]
+
+
+def _resolve(target: str) -> Callable[[Rogue], None]:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _guarded(act: Callable[[Rogue], None], rogue: Rogue) -> None:
+    try:
+        act(rogue)
+    except Exception:  # noqa: BLE001 - recorded for the sensitivity test, which then fails
+        rogue.acted(f"{FAILED_MARK}: {traceback.format_exc()}")
+
+
+@pytest.hookimpl(trylast=True)  # after the conformance plugin has prepared the environment
+def pytest_collection_finish(session: pytest.Session) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    target = os.environ.get(ROGUE_ENV, "")
+    if run is None or not target or run.environment.api is None:
+        return
+    rogue = Rogue(
+        run.environment.api, run.options.run_id, run.environment.operator_namespace, Path(os.environ[LOG_ENV])
+    )
+    threading.Thread(target=_guarded, args=(_resolve(target), rogue), daemon=True, name="rogue").start()
+    session.config.stash[_ROGUE_KEY] = rogue
+
+
+_ROGUE_KEY = pytest.StashKey[Rogue]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    rogue = session.config.stash.get(_ROGUE_KEY, None)
+    if rogue is not None:
+        rogue.stop()
