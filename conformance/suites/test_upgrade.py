@@ -649,6 +649,7 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
         with behaviour("the resumed RayService becomes Ready"):
             svc = rs.wait_ready(ray, NAME, timeouts.upgrade)
         metrics["resume_s"] = round(time.time() - resumed, 2)
+        resumed_state = rs.condition(svc, "Suspended")
         address = _kuberay_gateway(ray, timeouts)
         back = rs.active_cluster(svc)
 
@@ -672,6 +673,8 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
     assert left == "gone"
     assert states.get("Ready") == "False" and states.get("UpgradeInProgress") == "False", states
     assert back not in ("", old), f"resumed on {back or 'no cluster'}, the pre-upgrade cluster's name"
+    # handleSuspend keeps the condition, False with reason RayServiceResumed, once resumed.
+    assert resumed_state.get("status") == "False", f"Suspended after the resume: {resumed_state}"
     budget = _budget(profile, metrics)
     assert analysis.failed(before) <= budget, f"{analysis.failed(before)} failed requests before the suspend"
     summary = analysis.summarize(after)
