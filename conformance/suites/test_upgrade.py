@@ -677,11 +677,16 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
     assert resumed_state.get("status") == "False", f"Suspended after the resume: {resumed_state}"
     budget = _budget(profile, metrics)
     assert analysis.failed(before) <= budget, f"{analysis.failed(before)} failed requests before the suspend"
-    summary = analysis.summarize(after)
+    _assert_serves_the_upgrade(after, back)
+
+
+def _assert_serves_the_upgrade(records: list[Record], cluster: str) -> None:
+    """Every answer of the load after resuming came from `cluster` with the upgraded message v2."""
+    summary = analysis.summarize(records)
     assert summary.failed == 0, f"after resuming: {summary.describe()}"
-    served = {(r.backend, r.version) for r in after}
-    assert served == {(back, "v2")}, (
-        f"after resuming, answers (cluster, message) were {served}, not {(back, 'v2')}"
+    served = {(r.backend, r.version) for r in records}
+    assert served == {(cluster, "v2")}, (
+        f"after resuming, answers (cluster, message) were {served}, not {(cluster, 'v2')}"
     )
 
 
