@@ -116,13 +116,22 @@ def scale_down_window(profile: Profile, idle_s: float) -> ScaleDownWindow:
 
 
 def scaled_down(
-    watch: ScaleWatcher, predicate: Any, behaviour_text: str, what: str, idle: float, window: ScaleDownWindow
+    watch: ScaleWatcher,
+    predicate: Any,
+    behaviour_text: str,
+    what: str,
+    idle: float,
+    window: ScaleDownWindow,
+    metrics: dict[str, float] | None = None,
 ) -> float:
     """Wait for the scale-down that `predicate` tells; the seconds from `idle` (the watcher's time
-    of the release), which must fall inside `window`."""
+    of the release), recorded as `scale_down_s` in `metrics` before they are judged: they must
+    fall inside `window`."""
     with behaviour(behaviour_text):
         gone = until(watch, predicate, what, window.latest_s + watch.every_s)
     seconds = round(gone - idle, 2)
+    if metrics is not None:
+        metrics["scale_down_s"] = seconds
     window.check(seconds, behaviour_text)
     return seconds
 

@@ -119,9 +119,9 @@ def test_scales_up_to_demand_within_max_and_down_after_idle(
         assert (alive, pending) == (2, 1), f"expected 2 actors placed and 1 pending, saw {alive}, {pending}"
         idle = watch.event("demand released")
         release(ray, "scaler")
-        metrics["scale_down_s"] = scaled_down(
+        scaled_down(
             watch, _no_pods("small"), "an idle group scales down after idleTimeoutSeconds",
-            "the idle workers to be removed", idle, scale_down_window(profile, IDLE_S),
+            "the idle workers to be removed", idle, scale_down_window(profile, IDLE_S), metrics,
         )  # fmt: skip
     watch.assert_evidence()
     desired, pods = watch.max_desired("small"), watch.max_pods("small")
@@ -149,9 +149,9 @@ def test_per_group_idle_timeout_overrides_the_global_one(
             until(watch, _workers("small", 1), "1 worker alive in Ray", timeouts.scale)
         idle = watch.event("demand released")
         release(ray, "pergroup")
-        metrics["scale_down_s"] = scaled_down(
+        scaled_down(
             watch, _no_pods("small"), "the group's own idleTimeoutSeconds applies, not the global one",
-            "the idle worker to be removed", idle, scale_down_window(profile, IDLE_S),
+            "the idle worker to be removed", idle, scale_down_window(profile, IDLE_S), metrics,
         )  # fmt: skip
     watch.assert_evidence()
 
@@ -250,9 +250,9 @@ def test_request_resources_and_placement_groups_drive_scale_up_and_hold_workers(
             assert not broken, f"the worker holding a placement group did not stay: {broken}"
         idle = watch.event("placement group removed")
         ray.exec(head, ["python", "-c", PLACEMENT_GROUP, "remove"])
-        metrics["scale_down_s"] = scaled_down(
+        scaled_down(
             watch, _no_pods("small"), "the worker goes once its placement group is removed",
-            "the idle worker to be removed", idle, window,
+            "the idle worker to be removed", idle, window, metrics,
         )  # fmt: skip
     watch.assert_evidence()
 

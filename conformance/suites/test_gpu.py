@@ -127,9 +127,9 @@ def test_gpu_group_scales_from_zero_for_gpu_tasks_only(
         metrics["scale_up_s"] = round(up - asked, 2)
         idle = watch.event("demand released")
         release(ray, "mixed")
-        metrics["scale_down_s"] = scaled_down(
+        scaled_down(
             watch, lambda s: s.pods("gpu") + s.pods("cpu") == 0, "an idle GPU group scales back to 0",
-            "both groups at 0", idle, scale_down_window(profile, IDLE_S),
+            "both groups at 0", idle, scale_down_window(profile, IDLE_S), metrics,
         )  # fmt: skip
     watch.assert_evidence()
     assert gpu_before == 0, f"{gpu_before} GPU worker(s) started for a CPU-only demand"
