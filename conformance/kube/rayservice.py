@@ -20,7 +20,7 @@ from conformance.install.gateway import GROUP as GATEWAY_GROUP
 from conformance.install.gateway import condition_true, describe_conditions
 from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
-from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems
+from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
 from conformance.kube.wait import wait_for, wait_gone
 from conformance.load.traffic import Sample
 
@@ -321,7 +321,9 @@ class Sampler:
 
     def __init__(self, ray: Ray, name: str, route: str = "") -> None:
         self.ray, self.name, self.route = ray, name, route
-        self.gateways = Gateways(ray.api, ray.namespace)
+        # Reads on a client of its own: the check execs (probes) on its client meanwhile.
+        self._reader = Ray(own_client(ray.api), ray.namespace)
+        self.gateways = Gateways(self._reader.api, ray.namespace)
         self.samples: list[Sample] = []
         self.errors: list[str] = []
         self.reads: list[float] = []  # epoch seconds of each successful read
@@ -339,6 +341,7 @@ class Sampler:
         self._stop.set()
         self._thread.join(timeout=10)
         self._stopped = time.time()
+        self._reader.api.close()
         if self._crash is not None and exc_type is None:
             raise crashed(f"RayService {self.name}", self._crash) from self._crash
 
@@ -371,7 +374,7 @@ class Sampler:
             self._stop.wait(SAMPLE_INTERVAL_S)
 
     def _read(self) -> None:
-        svc = self.ray.get("rayservices", self.name)
+        svc = self._reader.get("rayservices", self.name)
         route = None
         if self.route:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -20,6 +21,13 @@ from conformance.errors import HarnessError
 
 # What a read of the API may raise: the sample is lost, noted, and the sampler goes on.
 LOST_SAMPLE = (ApiException, HTTPError, OSError)
+
+
+def own_client(api: client.ApiClient) -> client.ApiClient:
+    """A client of the sampler's own on the same configuration. kubernetes.stream (every exec)
+    swaps the `request` of the ApiClient it runs on for a websocket one while it runs, so a
+    sampler sharing the check's client would send its reads as websocket handshakes meanwhile."""
+    return client.ApiClient(api.configuration)
 
 
 def history_problems(

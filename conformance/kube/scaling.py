@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.kube.ray import Ray
-from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems
+from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
 from conformance.report.timelines import AutoscalingRecording
 
 DASHBOARD_PORT = 8265
@@ -64,6 +64,7 @@ class ScaleWatcher:
         self._started = time.monotonic()
         self._stopped_at: float | None = None
         self._crash: BaseException | None = None
+        self._reader = Ray(own_client(self.ray.api), self.ray.namespace)  # never the check's client
 
     def __enter__(self) -> ScaleWatcher:
         self._thread.start()
@@ -73,6 +74,7 @@ class ScaleWatcher:
         self._stop.set()
         self._thread.join(timeout=30)
         self._stopped_at = round(time.monotonic() - self._started, 2)
+        self._reader.api.close()
         if self._crash is not None and exc_type is None:
             raise crashed(f"RayCluster {self.cluster}", self._crash) from self._crash
 
@@ -114,8 +116,8 @@ class ScaleWatcher:
             self._stop.wait(self.every_s)  # poll-interval: the sampling period of the timeline
 
     def _take(self) -> None:
-        cluster = self.ray.get("rayclusters", self.cluster)
-        pods = [p for p in self.ray.pods(self.cluster) if p.metadata.deletion_timestamp is None]
+        cluster = self._reader.get("rayclusters", self.cluster)
+        pods = [p for p in self._reader.pods(self.cluster) if p.metadata.deletion_timestamp is None]
         groups = {}
         for spec in cluster["spec"].get("workerGroupSpecs", []):
             name = spec["groupName"]
@@ -131,9 +133,9 @@ class ScaleWatcher:
         if head is None or head.status.phase != "Running":
             return None
         try:
-            raw = self.ray.core.connect_get_namespaced_pod_proxy_with_path(
+            raw = self._reader.core.connect_get_namespaced_pod_proxy_with_path(
                 f"{head.metadata.name}:{DASHBOARD_PORT}",
-                self.ray.namespace,
+                self._reader.namespace,
                 "api/v0/nodes",
                 _preload_content=False,
                 _request_timeout=5,
