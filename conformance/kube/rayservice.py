@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from kubernetes import client
@@ -19,6 +20,7 @@ from conformance.install.gateway import GROUP as GATEWAY_GROUP
 from conformance.install.gateway import condition_true, describe_conditions
 from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
+from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
 from conformance.kube.wait import wait_for, wait_gone
 from conformance.load.traffic import Sample
 
@@ -28,6 +30,10 @@ INCREMENTAL = "NewClusterWithIncrementalUpgrade"
 # How often the sampler reads the RayService and its HTTPRoute during an upgrade. Status moves
 # at reconcile speed (seconds); four reads a second see every step without loading the API.
 SAMPLE_INTERVAL_S = 0.25
+# Reads further apart than this leave a hole in which a step of the plans the checks run (every
+# 5 s or slower, or all at once) could pass unseen and two steps read as one jump; it is also how
+# late a promotion may be seen.
+MAX_READ_GAP_S = 3.0
 # The CPU a serving head asks for. During an upgrade one head serves while another starts (which
 # takes a core for half a minute); with the 100m other checks ask for, the serving head's share
 # of a busy 2-core node is too small to answer in time, which says nothing about KubeRay.
@@ -310,37 +316,65 @@ def sample_of(svc: dict[str, Any], route: dict[str, Any] | None, at: float) -> S
 
 class Sampler:
     """Reads the RayService (and its HTTPRoute, if named) in the background until stopped,
-    keeping a sample whenever something changed."""
+    keeping a sample whenever something changed. Since an unchanged status adds no sample, the
+    times of all successful reads are kept too: they are what says nothing changed in between."""
 
     def __init__(self, ray: Ray, name: str, route: str = "") -> None:
         self.ray, self.name, self.route = ray, name, route
-        self.gateways = Gateways(ray.api, ray.namespace)
+        # Reads on a client of its own: the check execs (probes) on its client meanwhile.
+        self._reader = Ray(own_client(ray.api), ray.namespace)
+        self.gateways = Gateways(self._reader.api, ray.namespace)
         self.samples: list[Sample] = []
         self.errors: list[str] = []
+        self.reads: list[float] = []  # epoch seconds of each successful read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sampler-{name}", daemon=True)
+        self._started = self._stopped = 0.0
+        self._crash: BaseException | None = None
 
     def __enter__(self) -> Sampler:
+        self._started = time.time()
         self._thread.start()
         return self
 
-    def __exit__(self, *_exc: object) -> None:
+    def __exit__(self, exc_type: object, *_exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        self._stopped = time.time()
+        self._reader.api.close()
+        if self._crash is not None and exc_type is None:
+            raise crashed(f"RayService {self.name}", self._crash) from self._crash
 
     def latest(self) -> Sample | None:
         return self.samples[-1] if self.samples else None
+
+    def problems(self) -> list[str]:
+        """Why the samples are not a full history: failed reads, too few, or a hole."""
+        end = self._stopped or time.time()
+        what = f"RayService {self.name}"
+        return history_problems(what, self.errors, self.reads, end, MAX_READ_GAP_S, start=self._started)
+
+    def assert_evidence(self) -> None:
+        assert_complete(f"RayService {self.name}", self.problems())
+
+    def max_gap_s(self) -> float:
+        """The longest time between two successful reads (for the metrics)."""
+        times = [self._started, *self.reads, self._stopped or time.time()]
+        return round(max(b - a for a, b in pairwise(times)), 2)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self._read()
-            except ApiException as exc:  # a missed sample is noted, not fatal
-                self.errors.append(f"{exc.status} {exc.reason}")
+            except LOST_SAMPLE as exc:  # a missed sample is noted, not fatal
+                self.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            except Exception as exc:  # noqa: BLE001 - raised as a harness error when the sampler stops
+                self._crash = exc
+                return
             self._stop.wait(SAMPLE_INTERVAL_S)
 
     def _read(self) -> None:
-        svc = self.ray.get("rayservices", self.name)
+        svc = self._reader.get("rayservices", self.name)
         route = None
         if self.route:
             try:
@@ -349,6 +383,7 @@ class Sampler:
                 if exc.status != 404:
                     raise
         sample = sample_of(svc, route, time.time())
+        self.reads.append(sample.at)
         last = self.latest()
         if last is None or _changed(last, sample):
             self.samples.append(sample)

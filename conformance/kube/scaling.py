@@ -5,6 +5,11 @@ so the check can assert on the whole history (never above maxReplicas, never a p
 multi-host replica) and the report can draw it. Ray's own view comes from the head's
 dashboard through the API server's pod proxy: no exec, no port-forward, cheap enough to
 ask every couple of seconds.
+
+A history is only evidence if it was taken: `problems()` says when reads failed or the
+samples came further apart than the cadence allows, and a check asserts it is empty. A
+watcher that crashed on something other than the API (a harness bug) raises HarnessError
+when it stops.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.kube.ray import Ray
+from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
 from conformance.report.timelines import AutoscalingRecording
 
 DASHBOARD_PORT = 8265
 SAMPLE_EVERY_S = 2.0
+# A sample takes two API reads and a dashboard call (at most 5 s); samples further apart than
+# this many periods leave holes in which a pod could come and go unseen.
+MAX_GAP_PERIODS = 5
 
 
 @dataclass(frozen=True)
@@ -53,14 +62,34 @@ class ScaleWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"scale-watcher-{self.cluster}", daemon=True)
         self._started = time.monotonic()
+        self._stopped_at: float | None = None
+        self._crash: BaseException | None = None
+        self._reader = Ray(own_client(self.ray.api), self.ray.namespace)  # never the check's client
 
     def __enter__(self) -> ScaleWatcher:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+        self._stopped_at = round(time.monotonic() - self._started, 2)
+        self._reader.api.close()
+        if self._crash is not None and exc_type is None:
+            raise crashed(f"RayCluster {self.cluster}", self._crash) from self._crash
+
+    def problems(self) -> list[str]:
+        """Why the samples are not a full history: failed reads, too few samples, or a gap longer
+        than the cadence allows (from the start to the stop)."""
+        end = self._stopped_at if self._stopped_at is not None else round(time.monotonic() - self._started, 2)
+        times = [s.t for s in self.samples]
+        return history_problems(
+            f"RayCluster {self.cluster}", self.errors, times, end, MAX_GAP_PERIODS * self.every_s, start=0.0
+        )
+
+    def assert_evidence(self) -> None:
+        """The history the check judged was really taken: no lost reads, no holes."""
+        assert_complete(f"RayCluster {self.cluster}", self.problems())
 
     def event(self, label: str) -> float:
         """Mark a moment (demand added, demand removed); returns its time on the watcher's clock."""
@@ -79,13 +108,16 @@ class ScaleWatcher:
         while not self._stop.is_set():
             try:
                 self._take()
-            except Exception as exc:  # noqa: BLE001 - one lost sample is not a reason to stop watching
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+            except LOST_SAMPLE as exc:  # one lost sample is not a reason to stop watching
+                self.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            except Exception as exc:  # noqa: BLE001 - raised as a harness error when the watcher stops
+                self._crash = exc
+                return
             self._stop.wait(self.every_s)  # poll-interval: the sampling period of the timeline
 
     def _take(self) -> None:
-        cluster = self.ray.get("rayclusters", self.cluster)
-        pods = [p for p in self.ray.pods(self.cluster) if p.metadata.deletion_timestamp is None]
+        cluster = self._reader.get("rayclusters", self.cluster)
+        pods = [p for p in self._reader.pods(self.cluster) if p.metadata.deletion_timestamp is None]
         groups = {}
         for spec in cluster["spec"].get("workerGroupSpecs", []):
             name = spec["groupName"]
@@ -101,15 +133,15 @@ class ScaleWatcher:
         if head is None or head.status.phase != "Running":
             return None
         try:
-            raw = self.ray.core.connect_get_namespaced_pod_proxy_with_path(
+            raw = self._reader.core.connect_get_namespaced_pod_proxy_with_path(
                 f"{head.metadata.name}:{DASHBOARD_PORT}",
-                self.ray.namespace,
+                self._reader.namespace,
                 "api/v0/nodes",
                 _preload_content=False,
                 _request_timeout=5,
             )
             return alive_workers(json.loads(raw.data))
-        except Exception:  # noqa: BLE001 - the dashboard is down while the head restarts
+        except (*LOST_SAMPLE, ValueError, KeyError):  # the dashboard is down or not up yet
             return None
 
     def _record(self, sample: Sample) -> None:

@@ -63,12 +63,23 @@ def check_steps(
 ) -> Findings:
     """The new cluster's share (status trafficRoutedPercent and HTTPRoute weight) only grows, by at
     most `step` at a time, and status steps are at least `interval_s` apart (one second of slack:
-    lastTrafficMigratedTime has whole seconds)."""
+    lastTrafficMigratedTime has whole seconds).
+
+    Nothing seen is not "no violation": each series must have been sampled, starting within one
+    step of 0 (else the first step was missed), and a plan of several steps must show at least
+    two migrations, or the interval could not be checked."""
     found = Findings()
     for source, series in (
         ("trafficRoutedPercent", percent_series(samples, new)),
         ("route weight", weight_series(samples, new)),
     ):
+        if not series:
+            found.add(f"{what}: no {source} of {new} was sampled")
+            continue
+        if series[0][1] > step:
+            found.add(
+                f"{what}: {source} of {new} was first seen at {series[0][1]}, more than one step {step}"
+            )
         for (_, before), (_, after) in pairwise(series):
             found.max_step = max(found.max_step, after - before)
             if after < before:
@@ -78,6 +89,10 @@ def check_steps(
     stamps = _distinct([s.migrated_at[new] for s in samples if new in s.migrated_at and s.pending == new])
     times = [_epoch(text) for text in stamps]
     gaps = [b - a for a, b in pairwise(times)]
+    if step < 100 and not gaps:
+        found.add(
+            f"{what}: fewer than two traffic migrations of {new} were sampled: intervalSeconds unchecked"
+        )
     if gaps:
         found.min_interval_s = min(gaps)
         if found.min_interval_s < interval_s - 1:
@@ -90,9 +105,12 @@ def check_steps(
 
 def check_capacity(samples: Sequence[Sample], max_surge: int) -> Findings:
     """targetCapacity: the two clusters together never exceed 100 + maxSurgePercent, each moves by
-    at most maxSurgePercent, and the pending cluster never gets more traffic than its capacity."""
+    at most maxSurgePercent, and the pending cluster never gets more traffic than its capacity.
+    Samples with no targetCapacity of a pending cluster are no evidence: at least one is needed."""
     found = Findings()
     last: dict[str, int] = {}
+    if not any(s.pending and s.pending in s.capacity for s in samples):
+        found.add("no targetCapacity of a pending cluster was sampled")
     for s in samples:
         total = sum(s.capacity.values())
         if total > 100 + max_surge:

@@ -75,9 +75,6 @@ class TimeoutsSection(Section):
 class Thresholds(Section):
     """Limits the suites assert against. Adding one is one line here (and its use in a suite)."""
 
-    scale_down_bound_s: Annotated[float, Field(ge=0)] = Field(
-        120, description="scale-down must finish this long after the idle timeout"
-    )
     upgrade_failed_requests: Annotated[int, Field(ge=0)] = Field(
         0, description="failed requests allowed during a RayService upgrade"
     )
@@ -86,6 +83,18 @@ class Thresholds(Section):
     )
     deadline_slack_s: Annotated[float, Field(ge=0)] = Field(
         30, description="a RayJob deadline may end it this long after the deadline"
+    )
+    scale_down_slack_s: Annotated[float, Field(ge=0)] = Field(
+        30, description="idle workers gone within idleTimeoutSeconds + this"
+    )
+    scale_down_early_slack_s: Annotated[float, Field(ge=0)] = Field(
+        5, description="idle workers not gone before idleTimeoutSeconds - this"
+    )
+    deletion_delay_slack_s: Annotated[float, Field(ge=0)] = Field(
+        15, description="an upgraded-away RayCluster gone within rayClusterDeletionDelaySeconds + this"
+    )
+    traffic_share_tolerance_percent: Annotated[float, Field(ge=0, le=100)] = Field(
+        10, description="answers from a cluster within this many points of its route weight"
     )
 
     def __getitem__(self, key: str) -> Any:

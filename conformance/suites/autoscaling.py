@@ -8,6 +8,7 @@ unmet ones stay pending, which is what drives the autoscaler.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -15,7 +16,8 @@ from kubernetes import client
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.scaling import ScaleWatcher
-from conformance.kube.wait import WaitTimeout, wait_for
+from conformance.kube.wait import WaitTimeout, behaviour, wait_for
+from conformance.profiles import Profile
 from conformance.progress import progress
 from conformance.timeouts import Timeouts
 
@@ -74,6 +76,64 @@ def autoscaling_cluster(
     body = render("ray/raycluster.yaml", **{**values, "name": name, "autoscaling": True, "workers": groups,
                                             **options})  # fmt: skip
     ray.create("rayclusters", body)
+
+
+def ready(ray: Ray, name: str, timeouts: Timeouts) -> None:
+    """KubeRay brings the RayCluster to state `ready`: a KubeRay that cannot (say, it cannot make
+    the autoscaler's Role) fails the check, with the state it reached."""
+    with behaviour(f"KubeRay makes RayCluster {name} ready"):
+        ray.wait_cluster_ready(name, timeouts.ready)
+
+
+@dataclass(frozen=True)
+class ScaleDownWindow:
+    """When an idle worker may go: not before `idle_s` (less `early_s`: Ray's v1 autoscaler
+    notes a node's last use once per 5 s update), and no later than `slack_s` after it."""
+
+    idle_s: float
+    early_s: float
+    slack_s: float
+
+    @property
+    def latest_s(self) -> float:
+        return self.idle_s + self.slack_s
+
+    def check(self, seconds: float, what: str) -> None:
+        assert seconds >= self.idle_s - self.early_s, (
+            f"{what}: removed {seconds}s after going idle, before idleTimeoutSeconds={self.idle_s:.0f}"
+            f" (less {self.early_s:.0f}s of slack)"
+        )
+        assert seconds <= self.latest_s, (
+            f"{what}: removed {seconds}s after going idle, later than idleTimeoutSeconds={self.idle_s:.0f}"
+            f" + {self.slack_s:.0f}s of slack (profile thresholds.scale_down_slack_s)"
+        )
+
+
+def scale_down_window(profile: Profile, idle_s: float) -> ScaleDownWindow:
+    return ScaleDownWindow(
+        idle_s, profile.thresholds["scale_down_early_slack_s"], profile.thresholds["scale_down_slack_s"]
+    )
+
+
+def scaled_down(
+    watch: ScaleWatcher,
+    predicate: Any,
+    behaviour_text: str,
+    what: str,
+    idle: float,
+    window: ScaleDownWindow,
+    metrics: dict[str, float] | None = None,
+) -> float:
+    """Wait for the scale-down that `predicate` tells; the seconds from `idle` (the watcher's time
+    of the release), recorded as `scale_down_s` in `metrics` before they are judged: they must
+    fall inside `window`."""
+    with behaviour(behaviour_text):
+        gone = until(watch, predicate, what, window.latest_s + watch.every_s)
+    seconds = round(gone - idle, 2)
+    if metrics is not None:
+        metrics["scale_down_s"] = seconds
+    window.check(seconds, behaviour_text)
+    return seconds
 
 
 def until(watch: ScaleWatcher, predicate: Any, what: str, timeout: float) -> float:

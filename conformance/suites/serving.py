@@ -50,6 +50,7 @@ def generator(
     rate: int = UPGRADE_RATE,
     max_duration_s: int = 900,
     run_id: str = "",
+    name: str = "load",
 ) -> LoadGenerator:
     return LoadGenerator(
         api=api,
@@ -57,6 +58,7 @@ def generator(
         image=image,
         targets=[Target(f"http://{address}/", host=host)],
         spec=LoadSpec(rate=rate, max_duration_s=max_duration_s),
+        name=name,
         run_id=run_id,
     )
 
@@ -116,6 +118,13 @@ def load_metrics(records: list[Record], metrics: dict[str, float], rate: float =
     if rate:
         metrics["max_schedule_lag_s"] = round(analysis.schedule_lag(records, rate), 3)
     return summary
+
+
+def assert_sampled(sampler: rs.Sampler, metrics: dict[str, float]) -> None:
+    """The status history a check judges was really taken (kube/sampling.py); its cadence recorded."""
+    metrics["status_reads_total"] = len(sampler.reads)
+    metrics["status_read_max_gap_s"] = sampler.max_gap_s()
+    sampler.assert_evidence()
 
 
 def slug(nodeid: str) -> str:

@@ -44,6 +44,8 @@ def test_rayservice_becomes_ready_and_answers_through_the_gateway(
     timeouts: Timeouts,
     metrics: dict[str, float],
 ) -> None:
+    """Catches: a RayService that never becomes Ready or whose Serve app is not RUNNING, its
+    serve Service not answering, answers from a cluster other than the active one."""
     svc, address, host = serving.ready_behind_own_gateway(ray, base, profile.gateway_class, timeouts, metrics)
     assert rs.conditions(svc).get("Ready") == "True"
     assert rs.app_status(svc) == "RUNNING"
@@ -57,7 +59,9 @@ def test_rayservice_becomes_ready_and_answers_through_the_gateway(
     assert summary.failed == 0, f"through the Gateway: {summary.describe()}"
     active = rs.active_cluster(svc)
     assert {r.backend for r in records} == {active}, "every answer must come from the active RayCluster"
-    assert {r.version for r in records} == {"v1"}
+    assert {r.version for r in records} == {"v1"}, (
+        f"messages answered: {sorted({r.version for r in records})}"
+    )
 
 
 @pytest.mark.exclusive("measures failed requests under load")
@@ -71,6 +75,8 @@ def test_serve_config_change_is_applied_in_place_without_failed_requests(
     timeouts: Timeouts,
     metrics: dict[str, float],
 ) -> None:
+    """Catches: a serve-config-only change that builds a new RayCluster (an upgrade instead of in
+    place), that is never applied, or that drops requests (#2177)."""
     svc, address, host = serving.ready_behind_own_gateway(ray, base, profile.gateway_class, timeouts, metrics)
     clusters_before = _cluster_names(ray)
     image = serving.load_image(conformance)
@@ -101,12 +107,14 @@ def test_serve_config_change_is_applied_in_place_without_failed_requests(
             )
     records = gen.records
     summary = serving.load_metrics(records, metrics)
+    serving.assert_sampled(sampler, metrics)
     assert not [s for s in sampler.samples if s.pending], (
         "a serve-config-only change made a pending RayCluster"
     )
     assert _cluster_names(ray) == clusters_before, "a serve-config-only change replaced the RayCluster"
     assert {r.backend for r in records if r.ok} == {rs.active_cluster(svc)}
-    assert records[-1].version == "v2" and records[0].version == "v1"
+    assert records[0].version == "v1", f"the first answer under load said {records[0].version!r}, not v1"
+    assert records[-1].version == "v2", f"the last answer under load said {records[-1].version!r}, not v2"
     assert summary.failed == 0, f"during the in-place update: {summary.describe()}"
 
 
@@ -135,6 +143,8 @@ INVALID_INCREMENTAL = {
 def test_invalid_incremental_upgrade_is_rejected(
     case: str, ray: Ray, base: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:
+    """Catches: an incremental upgrade spec KubeRay cannot carry out accepted (a RayCluster made),
+    or refused without naming the field at fault."""
     overrides, named = INVALID_INCREMENTAL[case]
     values = {
         **base,

@@ -5,6 +5,11 @@ traffic to it: all at once (NewCluster) or step by step through the HTTPRoute it
 (NewClusterWithIncrementalUpgrade). Each check runs an open-model load the whole time, samples
 the RayService status and the HTTPRoute, and writes a per-second timeline to
 `<run-dir>/timelines/<check>.json` (format: conformance/load/traffic.py).
+
+Bounds come from the configured values plus the profile's slack: the old cluster goes no sooner
+than rayClusterDeletionDelaySeconds after promotion and no later than `deletion_delay_slack_s`
+after that. Every check asserts that its status history is complete (kube/sampling.py) and that
+its step, capacity and share analyses had something to judge.
 """
 
 from __future__ import annotations
@@ -35,9 +40,8 @@ pytestmark = [pytest.mark.area("upgrade"), pytest.mark.exclusive("measures faile
 NAME = "echo"
 # Short, so a check does not wait the default minute; the check measures that it is honoured.
 DELETION_DELAY_S = 10
-# The share of answers from the new cluster may differ from its route weight by this much (in
-# percentage points) in a stretch where the weights held still.
-DEFAULT_SHARE_TOLERANCE = 15.0
+# Promotion is known to the sampler's resolution, so "not before the delay" allows this much.
+DELETION_EARLY_S = rs.MAX_READ_GAP_S
 # The step plans KubeRay's own e2e tests use (stepSizePercent, intervalSeconds, maxSurgePercent).
 PLANS = [
     pytest.param(100, 1, 100, id="step100-interval1-surge100"),
@@ -51,10 +55,12 @@ def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
     return rs.rayservice_values(cluster_values, NAME, deletion_delay_s=DELETION_DELAY_S)
 
 
-def _respec(ray: Ray, values: dict[str, Any]) -> float:
-    """Patch the RayCluster spec to `values`; return when it was sent (epoch seconds)."""
+def _respec(ray: Ray, values: dict[str, Any], serve_config: bool = False) -> float:
+    """Patch the RayCluster spec (and with `serve_config` the Serve config) to `values`; return
+    when it was sent (epoch seconds)."""
     spec = render("ray/rayservice.yaml", **values)["spec"]
-    ray.patch("rayservices", NAME, {"spec": {"rayClusterConfig": spec["rayClusterConfig"]}})
+    keys = ("rayClusterConfig", "serveConfigV2") if serve_config else ("rayClusterConfig",)
+    ray.patch("rayservices", NAME, {"spec": {key: spec[key] for key in keys}})
     return time.time()
 
 
@@ -70,12 +76,22 @@ def _wait_promoted(ray: Ray, old: str, timeout: float) -> dict[str, Any]:
         )
 
 
-def _wait_deleted(ray: Ray, cluster: str, timeouts: Timeouts) -> float:
-    with behaviour(f"RayCluster {cluster} is deleted after rayClusterDeletionDelaySeconds"):
+def _deletion_bound_s(profile: Profile) -> float:
+    return DELETION_DELAY_S + profile.thresholds["deletion_delay_slack_s"]
+
+
+def _wait_deleted(ray: Ray, cluster: str, profile: Profile) -> float:
+    """Wait (from now: the moment `cluster` stopped being active or pending) for it to be gone,
+    no longer than rayClusterDeletionDelaySeconds plus the profile's slack; when it went."""
+    bound = _deletion_bound_s(profile)
+    with behaviour(
+        f"RayCluster {cluster} is deleted within rayClusterDeletionDelaySeconds={DELETION_DELAY_S}"
+        f" + {bound - DELETION_DELAY_S:.0f}s (profile thresholds.deletion_delay_slack_s)"
+    ):
         wait_gone(
             ray.list_fn("rayclusters"),
             what=f"RayCluster {cluster}",
-            timeout=DELETION_DELAY_S + timeouts.cleanup,
+            timeout=bound,
             field_selector=f"metadata.name={cluster}",
         )
     return time.time()
@@ -132,10 +148,17 @@ def _under_load(
         _finish(conformance, request, title, gen.records, sampler, old, new, metrics, marks)
 
 
-def _assert_deleted_after_delay(deleted: float, promoted: float) -> None:
-    # Two seconds of slack: promotion is known to the sampler's resolution.
-    gap = deleted - promoted
-    assert gap >= DELETION_DELAY_S - 2, f"the old cluster went {gap:.0f}s after promotion, before the delay"
+def _assert_deleted_after_delay(
+    deleted: float, promoted: float, profile: Profile, what: str = "promotion"
+) -> None:
+    gap, bound = deleted - promoted, _deletion_bound_s(profile)
+    assert gap >= DELETION_DELAY_S - DELETION_EARLY_S, (
+        f"the cluster went {gap:.1f}s after {what}, before rayClusterDeletionDelaySeconds={DELETION_DELAY_S}"
+    )
+    assert gap <= bound, (
+        f"the cluster went {gap:.1f}s after {what}, later than rayClusterDeletionDelaySeconds="
+        f"{DELETION_DELAY_S} + {bound - DELETION_DELAY_S:.0f}s of slack"
+    )
 
 
 def _assert_all_from(records: list[Record], since: float, cluster: str, when: str) -> None:
@@ -164,6 +187,9 @@ def test_new_cluster_upgrade_under_load(
     metrics: dict[str, float],
     request: pytest.FixtureRequest,
 ) -> None:
+    """Catches: a RayCluster spec change that starts no upgrade or never promotes (#1245), the old
+    cluster deleted before rayClusterDeletionDelaySeconds or long after it, answers from the old
+    cluster after promotion, failed requests over the budget (#2177)."""
     values = {**base, "upgrade_type": "NewCluster"}
     svc, address, host = serving.ready_behind_own_gateway(
         ray, values, profile.gateway_class, timeouts, metrics
@@ -178,7 +204,7 @@ def test_new_cluster_upgrade_under_load(
         patched = _respec(ray, {**values, "generation": "2"})
         new = rs.active_cluster(_wait_promoted(ray, old, timeouts.upgrade))
         seen_promoted = time.time()
-        deleted = _wait_deleted(ray, old, timeouts)
+        deleted = _wait_deleted(ray, old, profile)
     records = gen.records
     # Read from the samples once sampling stopped: the watch may see the promotion first.
     promoted = traffic.promotion(sampler.samples, new).at or seen_promoted
@@ -186,9 +212,10 @@ def test_new_cluster_upgrade_under_load(
     metrics["old_cluster_deleted_after_promotion_s"] = round(deleted - promoted, 2)
     metrics["max_step_observed_percent"] = serving.max_served_step(records, new)
     gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
     assert _seen(sampler, "UpgradeInProgress"), "UpgradeInProgress=True was never observed"
     assert any(s.pending == new for s in sampler.samples), f"{new} was never the pending cluster"
-    _assert_deleted_after_delay(deleted, promoted)
+    _assert_deleted_after_delay(deleted, promoted, profile)
     _assert_all_from(records, promoted, new, "after promotion")
     _assert_within_budget(records, profile, metrics)
 
@@ -261,6 +288,10 @@ def test_incremental_upgrade_under_load(
     metrics: dict[str, float],
     request: pytest.FixtureRequest,
 ) -> None:
+    """Catches: traffic moved by more than stepSizePercent, sooner than intervalSeconds or back
+    again; targetCapacity over maxSurgePercent or traffic over capacity; promotion before the
+    full shift; the old cluster deleted outside its delay; answers that do not follow the route
+    weights; failed requests over the budget (#2177, PR #3166)."""
     values = _incremental_values(base, profile, step, interval, surge)
     old, gen = _incremental_under_way(ray, conformance, values, timeouts, metrics)
     title = f"incremental upgrade: step {step}%, every {interval}s, surge {surge}%"
@@ -269,7 +300,7 @@ def test_incremental_upgrade_under_load(
         patched = _respec(ray, {**values, "generation": "2"})
         new = rs.active_cluster(_wait_promoted(ray, old, timeouts.upgrade))
         seen_promoted = time.time()
-        deleted = _wait_deleted(ray, old, timeouts)
+        deleted = _wait_deleted(ray, old, profile)
     records = gen.records
     # Read from the samples once sampling stopped: the watch may see the promotion first.
     promotion = traffic.promotion(sampler.samples, new)
@@ -286,13 +317,15 @@ def test_incremental_upgrade_under_load(
     if deviation is not None:
         metrics["max_share_deviation_percent"] = round(deviation, 1)
     gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
     assert _seen(sampler, "UpgradeInProgress"), "UpgradeInProgress=True was never observed"
     assert not steps.violations, "; ".join(steps.violations)
     assert not capacity.violations, "; ".join(capacity.violations[:5])
     problem = traffic.promoted_at_full_shift(promotion, old, new)
     assert not problem, problem
-    _assert_deleted_after_delay(deleted, promoted)
-    tolerance = float(profile.thresholds.get("traffic_share_tolerance_percent", DEFAULT_SHARE_TOLERANCE))
+    _assert_deleted_after_delay(deleted, promoted, profile)
+    tolerance = profile.thresholds["traffic_share_tolerance_percent"]
+    assert windows, "no stretch of steady route weights had enough answers to compare with its weights"
     off = [w for w in windows if abs(w.served_percent - w.weight_percent) > tolerance]
     assert not off, "answers did not follow the route weights: " + "; ".join(
         f"{w.served_percent:.0f}% served at weight {w.weight_percent:.0f}% ({w.requests} answers)"
@@ -311,6 +344,8 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     metrics: dict[str, float],
     request: pytest.FixtureRequest,
 ) -> None:
+    """Catches: a revert mid-upgrade that sets no RollbackInProgress, keeps moving traffic to the
+    pending cluster, does not bring all traffic back or leaves the pending cluster behind."""
     values = _incremental_values(base, profile, 5, 10, 25)  # slow enough to be caught mid-way
     old, gen = _incremental_under_way(ray, conformance, values, timeouts, metrics)
     title = "rollback mid incremental upgrade"
@@ -351,13 +386,18 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
                 describe=rs.describe,
             )
         rolled_back = time.time()
-        _wait_deleted(ray, new, timeouts)
+        deleted = _wait_deleted(ray, new, profile)
     records = gen.records
     metrics["rollback_s"] = round(rolled_back - reverted, 2)
-    after = [s for s in sampler.samples if s.at >= reverted]
-    back = traffic.percent_series(after, new)
+    metrics["pending_cluster_deleted_after_rollback_s"] = round(deleted - rolled_back, 2)
+    # From the last state before the revert (traffic on the pending cluster) on.
+    before = [s for s in sampler.samples if s.at < reverted][-1:]
+    back = traffic.percent_series(before + [s for s in sampler.samples if s.at >= reverted], new)
     gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
+    assert back and back[0][1] > 0, f"the traffic of {new} at the revert was not sampled: {back}"
     assert all(b[1] <= a[1] for a, b in itertools.pairwise(back)), f"{new} gained traffic after the revert"
+    _assert_deleted_after_delay(deleted, rolled_back, profile, "the rollback")
     _assert_all_from(records, rolled_back, old, "after the rollback")
     _assert_within_budget(records, profile, metrics)
 
@@ -469,6 +509,10 @@ def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
     top-level `spec.suspend` (issue #4878, checked by the test below) and ignores
     `rayClusterConfig.suspend` once a cluster exists, hence not applicable from 1.7.0.
     Incremental upgrades: https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/rayservice-incremental-upgrade.html
+
+    Catches: a suspend that also suspends or replaces the active cluster, starts a rollback or a
+    new cluster, or moves traffic to the suspended one; a resume that makes a new pending cluster
+    instead of resuming the same one, or an upgrade that then breaks its step plan or deletion delay.
     """
     step, interval, surge = SUSPEND_PLAN
     values = _incremental_values(base, profile, step, interval, surge)
@@ -488,7 +532,7 @@ def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
         promoted_cluster = rs.active_cluster(_wait_promoted(ray, old, timeouts.upgrade))
         seen_promoted = time.time()
         same_pending = ray.get("rayclusters", promoted_cluster)["metadata"]["uid"] == pending_uid
-        deleted = _wait_deleted(ray, old, timeouts)
+        deleted = _wait_deleted(ray, old, profile)
     records = gen.records
     promotion = traffic.promotion(sampler.samples, promoted_cluster)
     promoted = promotion.at or seen_promoted
@@ -500,6 +544,7 @@ def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
     metrics["old_cluster_deleted_after_promotion_s"] = round(deleted - promoted, 2)
     metrics["max_step_observed_percent"] = steps.max_step
     gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
     assert not held.violations, "while suspended: " + "; ".join(held.violations)
     assert promoted_cluster == new and same_pending, (
         f"{promoted_cluster} was promoted, not the pending cluster {new} resumed in place"
@@ -507,7 +552,7 @@ def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
     assert not steps.violations, "; ".join(steps.violations)
     problem = traffic.promoted_at_full_shift(promotion, old, new)
     assert not problem, problem
-    _assert_deleted_after_delay(deleted, promoted)
+    _assert_deleted_after_delay(deleted, promoted, profile)
     # Two seconds for the data plane, as after a promotion.
     paused = [r for r in analysis.between(records, suspended + 2, resumed) if r.ok]
     others = {r.backend for r in paused} - {old}
@@ -535,6 +580,11 @@ def _owned(ray: Ray) -> dict[str, list[str]]:
     return {kind: names for kind, names in found.items() if names}
 
 
+# After resuming, a load of its own runs this long at the address KubeRay's recreated Gateway
+# publishes: every answer must come from the resumed cluster, with the upgraded config's message.
+RESUMED_LOAD_S = 10
+
+
 @pytest.mark.requires("gateway_api", "gate:RayServiceIncrementalUpgrade", "kuberay>=1.7.0")
 @pytest.mark.kuberay_issue(4878, 2177)
 def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resumed(
@@ -549,22 +599,30 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
     """KubeRay 1.7.0: `spec.suspend: true` on a RayService mid incremental upgrade makes it
     Suspending, then Suspended once every RayCluster, Service, its Gateway and HTTPRoute are
     deleted (Ready and UpgradeInProgress False); `false` resumes it on the spec as it is then
-    (the upgraded one) and it becomes Ready and answers through a recreated Gateway again.
+    (the upgraded one: a new cluster config and a new Serve config) and it becomes Ready and
+    answers through a recreated Gateway again.
+
+    Catches: a suspend that leaves owned objects behind or never reports Suspended; a resume
+    that does not come back Ready, comes back on the pre-upgrade cluster or config, or answers
+    with failures; failed requests before the suspend.
 
     Sources (v1.7.0): apis/ray/v1/rayservice_types.go `RayServiceSpec.Suspend`, conditions
-    `Suspending`/`Suspended`; controllers/ray/rayservice_controller.go `handleSuspend`;
-    KubeRay's e2e test/e2eincrementalupgrade/rayservice_suspend_test.go
-    `TestRayServiceSuspendDuringIncrementalUpgrade`; PR #4841, issue #4878.
+    `Suspending`/`Suspended`; controllers/ray/rayservice_controller.go `handleSuspend` (status
+    staged as Suspending, owned objects deleted by `deleteRayServiceOwnedResources`, then
+    Suspended with Ready and UpgradeInProgress False; a resume sets Ready=False Initializing and
+    reconciles the current spec anew); KubeRay's e2e test/e2eincrementalupgrade/
+    rayservice_suspend_test.go `TestRayServiceSuspendDuringIncrementalUpgrade`; PR #4841, #4878.
     Not run on the local provider (it builds 1.6.2, which has no `spec.suspend`): unverified here.
     """
     step, interval, surge = SUSPEND_PLAN
     values = _incremental_values(base, profile, step, interval, surge)
+    upgraded = {**values, "generation": "2", "message": "v2"}
     old, gen = _incremental_under_way(ray, conformance, values, timeouts, metrics)
     title = "spec.suspend mid incremental upgrade"
     route, marks = f"{NAME}-httproute", []
-    with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route, marks):
-        patched = _respec(ray, {**values, "generation": "2"})
-        marks.append((patched, "spec change"))
+    with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route, marks) as sampler:
+        patched = _respec(ray, upgraded, serve_config=True)
+        marks.append((patched, "spec change (cluster and Serve config)"))
         _wait_upgrade_started(ray, timeouts.upgrade)
         suspended = time.time()
         ray.patch("rayservices", NAME, {"spec": {"suspend": True}})
@@ -592,24 +650,53 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
         with behaviour("the resumed RayService becomes Ready"):
             svc = rs.wait_ready(ray, NAME, timeouts.upgrade)
         metrics["resume_s"] = round(time.time() - resumed, 2)
+        resumed_state = rs.condition(svc, "Suspended")
         address = _kuberay_gateway(ray, timeouts)
         back = rs.active_cluster(svc)
 
         def answered() -> bool | None:
             record = serving.probe(ray, gen, address)
-            return True if record is not None and record.ok and record.backend == back else None
+            return True if serving.answers(record, "v2") and record and record.backend == back else None
 
-        with behaviour(f"the resumed RayService answers through its Gateway from {back}"):
-            poll_until(answered, what=f"an answer from {back}", timeout=timeouts.ready)
+        with behaviour(f"the resumed RayService answers through its Gateway from {back} with v2"):
+            poll_until(
+                answered, what=f"an answer from {back} with the upgraded message", timeout=timeouts.ready
+            )
         answering = time.time()
     records = gen.records
     before = analysis.between(records, 0, suspended)
     metrics["failed_before_suspend"] = analysis.failed(before)
     metrics["upgrade_s"] = round(answering - patched, 2)
     gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
+    after = _resumed_load(ray, conformance, address, timeouts)
+    metrics.update(analysis.summarize(after).metrics(prefix="resumed_"))
     assert left == "gone"
     assert states.get("Ready") == "False" and states.get("UpgradeInProgress") == "False", states
     assert back not in ("", old), f"resumed on {back or 'no cluster'}, the pre-upgrade cluster's name"
+    # handleSuspend keeps the condition, False with reason RayServiceResumed, once resumed.
+    assert resumed_state.get("status") == "False", f"Suspended after the resume: {resumed_state}"
     budget = _budget(profile, metrics)
     assert analysis.failed(before) <= budget, f"{analysis.failed(before)} failed requests before the suspend"
-    _assert_all_from(records, answering, back, "after resuming")
+    _assert_serves_the_upgrade(after, back)
+
+
+def _assert_serves_the_upgrade(records: list[Record], cluster: str) -> None:
+    """Every answer of the load after resuming came from `cluster` with the upgraded message v2."""
+    summary = analysis.summarize(records)
+    assert summary.failed == 0, f"after resuming: {summary.describe()}"
+    served = {(r.backend, r.version) for r in records}
+    assert served == {(cluster, "v2")}, (
+        f"after resuming, answers (cluster, message) were {served}, not {(cluster, 'v2')}"
+    )
+
+
+def _resumed_load(ray: Ray, conformance: Environment, address: str, timeouts: Timeouts) -> list[Record]:
+    """RESUMED_LOAD_S of load at `address` from a generator of its own; its records."""
+    image = serving.load_image(conformance)
+    gen = serving.generator(
+        ray.api, ray.namespace, image, address, rate=serving.PROBE_RATE, max_duration_s=RESUMED_LOAD_S,
+        name="load-resumed",
+    )  # fmt: skip
+    gen.start(timeouts.ready)
+    return gen.collect(timeouts.ready + RESUMED_LOAD_S)  # the attack ends by itself

@@ -96,7 +96,7 @@ def test_a_mistyped_threshold_is_no_longer_ignored(tmp_path: Path) -> None:
     path = _write(tmp_path, _set(BASE, ("thresholds", "scale_down_bound"), 60))
     with pytest.raises(ProfileError, match=r"scale_down_bound: unknown key") as caught:
         profiles.load(str(path))
-    assert "scale_down_bound_s" in caught.value.fix
+    assert "scale_down_slack_s" in caught.value.fix
 
 
 @pytest.mark.parametrize(

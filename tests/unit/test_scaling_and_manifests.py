@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
+from conformance import profiles
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render, render_all
 from conformance.kube.scaling import GroupSample, Sample, alive_workers, partial_replica_streak
 from conformance.profiles import load
+from conformance.suites.autoscaling import ScaleDownWindow
 from conformance.suites.conftest import manifest_values
 
 VALUES: dict[str, Any] = {
@@ -110,3 +113,22 @@ def test_the_head_service_type_is_set_only_when_the_profile_exposes_it(template:
 
     assert "serviceType" not in head()
     assert head(head_service_type="LoadBalancer")["serviceType"] == "LoadBalancer"
+
+
+def test_scale_down_is_judged_against_the_idle_timeout_and_its_slack() -> None:
+    window = ScaleDownWindow(idle_s=30, early_s=5, slack_s=30)
+    window.check(40.9, "removed in time")
+    with pytest.raises(AssertionError, match="before idleTimeoutSeconds=30"):
+        window.check(24.0, "too early")
+    with pytest.raises(AssertionError, match="later than idleTimeoutSeconds=30 \\+ 30s"):
+        window.check(70.0, "too late")
+
+
+def test_every_bundled_profile_states_the_slacks_the_checks_read() -> None:
+    keys = {"scale_down_slack_s", "scale_down_early_slack_s", "deletion_delay_slack_s",
+            "traffic_share_tolerance_percent"}  # fmt: skip
+    for name in ("default", "kind", "attach", "eks-gpu"):
+        # The file itself must state them: the schema's defaults are the local provider's.
+        stated = yaml.safe_load((profiles.BUNDLED / f"{name}.yaml").read_text())["thresholds"]
+        assert keys <= set(stated), name
+        assert all(load(name).thresholds[key] == stated[key] for key in keys), name

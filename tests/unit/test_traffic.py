@@ -164,3 +164,23 @@ def test_the_timeline_shows_what_the_check_did_among_the_events() -> None:
     labels = [event["label"] for event in data["events"]]  # type: ignore[index]
     assert labels.index("rayClusterConfig.suspend=true") < labels.index("UpgradeInProgress=False")
     assert {"t": 1.5, "label": "rayClusterConfig.suspend=true"} in data["events"]  # type: ignore[operator]
+
+
+def test_nothing_sampled_is_a_finding_not_a_pass() -> None:
+    found = traffic.check_steps([], "new", step=25, interval_s=5)
+    assert any("no trafficRoutedPercent of new was sampled" in v for v in found.violations)
+    assert any("no route weight of new was sampled" in v for v in found.violations)
+    assert traffic.check_capacity([], 25).violations == ["no targetCapacity of a pending cluster was sampled"]
+
+
+def test_a_first_sample_past_one_step_means_the_first_step_was_missed() -> None:
+    samples = [sample(10, 50, 100), sample(15, 75, 100), sample(20, 100, 100)]
+    found = traffic.check_steps(samples, "new", step=25, interval_s=5)
+    assert any("first seen at 50" in v for v in found.violations)
+
+
+def test_a_plan_of_several_steps_needs_two_migrations_to_check_the_interval() -> None:
+    found = traffic.check_steps([sample(0, 0, 100)], "new", step=25, interval_s=5)
+    assert any("intervalSeconds unchecked" in v for v in found.violations)
+    # One step of 100 has one migration only; nothing to check there.
+    assert traffic.check_steps([sample(0, 0, 100), sample(1, 100, 100)], "new", 100, 1).violations == []

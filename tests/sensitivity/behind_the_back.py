@@ -1,0 +1,113 @@
+"""Rogues that change what KubeRay runs with, behind its back: a stale CRD, a trimmed Role.
+
+Both are what a real installation can end up with: Helm never upgrades CRDs (an operator then runs
+against an older schema that prunes fields it knows), and a ClusterRole or Role edited by hand.
+The healthy prepare that ends every fault (runner.restore) applies the CRDs and RBAC again.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from kubernetes import client
+
+from .rogue import Rogue
+
+RAY_GROUP = "ray.io"
+
+
+def drop_crd_fields(rogue: Rogue, plural: str, paths: list[list[str]], probe: dict[str, Any]) -> None:
+    """Remove `paths` (field names under `spec`, "*" for a list's items) from the v1 schema of the
+    CRD `<plural>.ray.io`, then dry-run create `probe` until the API server prunes them from it."""
+    ext = client.ApiextensionsV1Api(rogue.api)
+    name = f"{plural}.{RAY_GROUP}"
+    crd = ext.read_custom_resource_definition(name)
+    index = next(i for i, v in enumerate(crd.spec.versions) if v.name == "v1")
+    patch = [{"op": "remove", "path": _json_path(index, path)} for path in paths]
+    ext.patch_custom_resource_definition(name, patch)
+    rogue.acted(f"removed {[_dotted(p) for p in paths]} from the v1 schema of CRD {name}")
+    _wait_pruned(rogue, plural, paths, probe)
+
+
+def _json_path(version: int, path: list[str]) -> str:
+    parts = [f"/spec/versions/{version}/schema/openAPIV3Schema/properties/spec"]
+    parts += ["/items" if part == "*" else f"/properties/{part}" for part in path]
+    return "".join(parts)
+
+
+def _dotted(path: list[str]) -> str:
+    return "spec." + ".".join("[]" if p == "*" else p for p in path).replace(".[]", "[]")
+
+
+def _wait_pruned(rogue: Rogue, plural: str, paths: list[list[str]], probe: dict[str, Any]) -> None:
+    """The served schema follows a CRD change within moments; a dry-run create shows when."""
+    namespace = rogue.operator_namespace
+    for _ in range(60):
+        created = rogue.custom.create_namespaced_custom_object(
+            RAY_GROUP, "v1", namespace, plural, copy.deepcopy(probe), dry_run="All"
+        )
+        if not any(_has(created["spec"], path) for path in paths):
+            rogue.acted(f"a dry-run {plural} create now loses {[_dotted(p) for p in paths]}")
+            return
+        if rogue.stopped:
+            return
+        time.sleep(0.5)  # poll-interval: the API server's view of the CRD has no watch
+    raise RuntimeError(f"the API server still keeps {paths} of {plural} after the CRD change")
+
+
+def _has(spec: Any, path: list[str]) -> bool:
+    if not path:
+        return True
+    head, rest = path[0], path[1:]
+    if head == "*":
+        return any(_has(item, rest) for item in spec or [])
+    return isinstance(spec, dict) and head in spec and _has(spec[head], rest)
+
+
+def _template(name: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": name, "image": "probe"}]}}
+
+
+def raycluster_spec(**worker: Any) -> dict[str, Any]:
+    """A RayCluster spec the CRD accepts, with one worker group carrying `worker`'s fields."""
+    group = {"groupName": "probe", "rayStartParams": {}, "template": _template("worker"), **worker}
+    head = {"rayStartParams": {}, "template": _template("head")}
+    return {"headGroupSpec": head, "workerGroupSpecs": [group]}
+
+
+def probe(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A body to dry-run create: never stored, never seen by the operator."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": kind,
+        "metadata": {"name": "krc-sensitivity-probe"},
+        "spec": spec,
+    }
+
+
+def drop_rbac(rogue: Rogue, kind: str, name: str, resource: str, verb: str = "") -> None:
+    """Take `verb` on `resource` (every verb when empty) out of the operator's ClusterRole or Role."""
+    rbac = client.RbacAuthorizationV1Api(rogue.api)
+    if kind == "ClusterRole":
+        role = rbac.read_cluster_role(name)
+    else:
+        role = rbac.read_namespaced_role(name, rogue.operator_namespace)
+    rules = []
+    for rule in role.rules:
+        if resource not in (rule.resources or []):
+            rules.append(rule)
+            continue
+        if verb:  # the same rule without the verb for this resource
+            kept = [v for v in rule.verbs if v != verb]
+            rules.append(client.V1PolicyRule(api_groups=rule.api_groups, resources=[resource], verbs=kept))
+        others = [r for r in rule.resources if r != resource]
+        if others:
+            rules.append(client.V1PolicyRule(api_groups=rule.api_groups, resources=others, verbs=rule.verbs))
+    role.rules = rules
+    if kind == "ClusterRole":
+        rbac.replace_cluster_role(name, role)
+    else:
+        rbac.replace_namespaced_role(name, rogue.operator_namespace, role)
+    rogue.acted(f"removed {verb or 'every verb'} on {resource} from {kind} {name}")

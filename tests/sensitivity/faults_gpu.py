@@ -1,0 +1,31 @@
+"""Seeded faults of area gpu."""
+
+from __future__ import annotations
+
+from .behind_the_back import drop_crd_fields, probe, raycluster_spec
+from .faults import Fault
+from .rogue import Rogue
+
+GPU = "test_gpu.py::"
+
+
+def stale_crd_without_group_resources(rogue: Rogue) -> None:
+    """A RayCluster CRD that predates a worker group's `resources`: the API server drops the
+    GPUs a group declares there, so Ray never hears of them and a double declaration passes."""
+    spec = raycluster_spec(resources={"GPU": "1"})
+    drop_crd_fields(rogue, "rayclusters", [["workerGroupSpecs", "*", "resources"]], probe("RayCluster", spec))
+
+
+FAULTS = [
+    Fault(
+        name="group-resources-dropped-by-a-stale-crd",
+        area="gpu",
+        misbehaviour="a group's `resources` GPUs never reach Ray, and declaring them twice is accepted",
+        rogue=stale_crd_without_group_resources,
+        catches=(
+            GPU + "test_gpu_count_precedence_in_rays_view",
+            GPU + "test_group_resources_and_ray_start_gpus_together_are_rejected",
+        ),
+        evidence="resources",
+    ),
+]
