@@ -81,7 +81,13 @@ def start(api: client.ApiClient, operator: ScopedOperator, timeout: float) -> cl
     )
 
 
+def pods(api: client.ApiClient, operator: ScopedOperator) -> list[client.V1Pod]:
+    core = client.CoreV1Api(api)
+    return core.list_namespaced_pod(operator.namespace, label_selector=operator.selector).items
+
+
 def logs(api: client.ApiClient, operator: ScopedOperator) -> str:
     core = client.CoreV1Api(api)
-    pods = core.list_namespaced_pod(operator.namespace, label_selector=operator.selector).items
-    return "\n".join(core.read_namespaced_pod_log(p.metadata.name, operator.namespace) for p in pods)
+    return "\n".join(
+        core.read_namespaced_pod_log(p.metadata.name, operator.namespace) for p in pods(api, operator)
+    )
