@@ -18,7 +18,7 @@ from kubernetes.dynamic import DynamicClient
 
 from conformance.install import kuberay
 from conformance.kube.manifests import render_all
-from conformance.kube.pods import is_ready
+from conformance.kube.pods import is_ready, restarts
 from conformance.kube.wait import wait_for
 
 TEMPLATE = "kuberay/scoped-operator.yaml"
@@ -81,7 +81,17 @@ def start(api: client.ApiClient, operator: ScopedOperator, timeout: float) -> cl
     )
 
 
-def logs(api: client.ApiClient, operator: ScopedOperator) -> str:
+def pods(api: client.ApiClient, operator: ScopedOperator) -> list[client.V1Pod]:
     core = client.CoreV1Api(api)
-    pods = core.list_namespaced_pod(operator.namespace, label_selector=operator.selector).items
-    return "\n".join(core.read_namespaced_pod_log(p.metadata.name, operator.namespace) for p in pods)
+    return core.list_namespaced_pod(operator.namespace, label_selector=operator.selector).items
+
+
+def logs(api: client.ApiClient, operator: ScopedOperator) -> str:
+    """Its pods' logs, a restarted container's previous instance first (what it did before counts)."""
+    core = client.CoreV1Api(api)
+    parts = []
+    for pod in pods(api, operator):
+        if restarts(pod):
+            parts.append(core.read_namespaced_pod_log(pod.metadata.name, operator.namespace, previous=True))
+        parts.append(core.read_namespaced_pod_log(pod.metadata.name, operator.namespace))
+    return "\n".join(parts)

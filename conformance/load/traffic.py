@@ -15,6 +15,8 @@ from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
+from conformance.errors import HarnessError
+
 from . import analysis
 from .records import Record
 
@@ -192,44 +194,128 @@ def weight_at(samples: Sequence[Sample], cluster: str, at: float) -> int | None:
     return current
 
 
+# Fewer answers than this in a stretch of constant weights say nothing about its share: one
+# second at the upgrade checks' 20 req/s.
+MIN_SHARE_ANSWERS = 20
+
+
+class TooFewAnswers(HarnessError):
+    """No stretch of constant route weights held enough answers to judge: a failure of evidence."""
+
+
+def weight_shares(samples: Sequence[Sample], new: str) -> list[tuple[float, float]]:
+    """(when first seen, percent of the route's total weight on `new`) at each change of that share.
+
+    Samples whose weights did not change it (a status-only change, the route rewritten with the
+    same split) continue the stretch before them, so a stretch lasts as long as its split held."""
+    shares: list[tuple[float, float]] = []
+    for s in samples:
+        total = sum(s.weights.values())
+        if not s.weights or total <= 0:
+            continue
+        share = 100 * s.weights.get(new, 0) / total
+        if not shares or shares[-1][1] != share:
+            shares.append((s.at, share))
+    return shares
+
+
 @dataclass(frozen=True)
 class Window:
     start: float
     end: float
     weight_percent: float
-    served_percent: float
+    served_percent: float | None  # None: no answers in the window
     requests: int
+
+    def deviation(self) -> float | None:
+        return None if self.served_percent is None else abs(self.served_percent - self.weight_percent)
 
 
 def share_windows(
-    records: Sequence[Record],
-    samples: Sequence[Sample],
-    new: str,
-    settle_s: float = 1.0,
-    min_requests: int = 20,
+    records: Sequence[Record], samples: Sequence[Sample], new: str, allowance_s: float
 ) -> list[Window]:
-    """For each stretch where the route weights held still, the share of answers from `new`
-    against its weight, skipping `settle_s` after each change (the proxy needs a moment to
-    apply a new configuration) and stretches with too few answers to say anything."""
-    changes = [s for s in samples if s.weights]
+    """For each stretch where `new`'s share of the route weights held still, the share of answers
+    from `new`, counting only answers sent `allowance_s` or more after the change: a Gateway's
+    data plane applies a route change some time after it is written, and until then the answers
+    still follow the split before it. A stretch shorter than the allowance has no answers."""
+    shares = weight_shares(samples, new)
     windows: list[Window] = []
-    for index, s in enumerate(changes):
-        total = sum(s.weights.values())
-        if total <= 0:
-            continue
-        start = s.at + settle_s
-        end = changes[index + 1].at if index + 1 < len(changes) else float("inf")
+    for index, (at, weight) in enumerate(shares):
+        start = at + allowance_s
+        end = shares[index + 1][0] if index + 1 < len(shares) else float("inf")
         answered = [r for r in analysis.between(records, start, end) if r.ok and r.backend]
-        end = min(end, answered[-1].sent if answered else start)
-        if len(answered) < min_requests:
-            continue
-        served = sum(1 for r in answered if r.backend == new) / len(answered)
-        windows.append(Window(start, end, 100 * s.weights.get(new, 0) / total, 100 * served, len(answered)))
+        end = min(end, answered[-1].sent) if answered else start
+        served = 100 * sum(1 for r in answered if r.backend == new) / len(answered) if answered else None
+        windows.append(Window(start, end, weight, served, len(answered)))
     return windows
 
 
+def judged(windows: Sequence[Window], min_answers: int = MIN_SHARE_ANSWERS) -> list[Window]:
+    """The windows with answers enough to judge their share."""
+    return [w for w in windows if w.requests >= min_answers]
+
+
+def check_shares(
+    windows: Sequence[Window], tolerance: float, allowance_s: float, min_answers: int = MIN_SHARE_ANSWERS
+) -> Findings:
+    """Each window with `min_answers` or more: the share served by `new` within `tolerance`
+    percentage points of its weight. Raises TooFewAnswers when no window has that many."""
+    enough = judged(windows, min_answers)
+    if not enough:
+        counts = ", ".join(f"{w.weight_percent:.0f}%: {w.requests}" for w in windows)
+        raise TooFewAnswers(
+            f"too few answers to tell whether they followed the route weights: no stretch of constant "
+            f"weights had {min_answers} answers {allowance_s:g}s or more after its change"
+            f" ({counts or 'no route weights seen'})",
+            "check that the load ran the whole upgrade, or lower thresholds.route_propagation_allowance_s"
+            " if this Gateway applies route changes sooner",
+        )
+    found = Findings()
+    for w in enough:
+        deviation = w.deviation()
+        if deviation is not None and deviation > tolerance:
+            found.add(
+                f"{w.served_percent:.0f}% served at weight {w.weight_percent:.0f}% "
+                f"({w.requests} answers from {allowance_s:g}s after the change)"
+            )
+    return found
+
+
 def max_share_deviation(windows: Sequence[Window]) -> float | None:
-    return max((abs(w.served_percent - w.weight_percent) for w in windows), default=None)
+    return max((d for w in windows if (d := w.deviation()) is not None), default=None)
+
+
+def propagation_delays(records: Sequence[Record], samples: Sequence[Sample], new: str) -> list[float]:
+    """Seconds from each change of `new`'s route share to the answers following it, where one
+    answer can tell: after a change to 0% or 100%, from the first answer of the run of answers
+    from the right side that lasts to the end of the stretch; after a change away from 0%, from
+    the first answer from `new`. Other changes, and stretches that ended before the answers
+    followed, are not measured. Measured from when the sampler saw the change, so up to one
+    sampling interval short of the time from the write."""
+    shares = weight_shares(samples, new)
+    delays: list[float] = []
+    for index in range(1, len(shares)):
+        (at, share), before = shares[index], shares[index - 1][1]
+        end = shares[index + 1][0] if index + 1 < len(shares) else float("inf")
+        answered = [r for r in analysis.between(records, at, end) if r.ok and r.backend]
+        followed = _followed_at(answered, new, share, before)
+        if followed is not None:
+            delays.append(round(followed - at, 3))
+    return delays
+
+
+def _followed_at(answered: Sequence[Record], new: str, share: float, before: float) -> float | None:
+    if share in (0.0, 100.0):
+        right = [(r.backend == new) == (share == 100.0) for r in answered]
+        if not right or not right[-1]:
+            return None
+        first = len(right)
+        while first > 0 and right[first - 1]:
+            first -= 1
+        return answered[first].sent
+    if before == 0.0:
+        return next((r.sent for r in answered if r.backend == new), None)
+    return None
 
 
 # --- the timeline ------------------------------------------------------------------------------

@@ -96,6 +96,9 @@ class Thresholds(Section):
     traffic_share_tolerance_percent: Annotated[float, Field(ge=0, le=100)] = Field(
         10, description="answers from a cluster within this many points of its route weight"
     )
+    route_propagation_allowance_s: Annotated[float, Field(ge=0)] = Field(
+        3, description="answers this soon after an HTTPRoute weight change are not held against the weights"
+    )
 
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:

@@ -1,12 +1,14 @@
 """What a check reads from the RayJobs a RayCronJob made (pure: no cluster access).
 
 KubeRay labels each RayJob with its RayCronJob's name and annotates it with the schedule
-time it was made for (`controllers/ray/utils/constant.go`, 1.6.0 and later).
+time it was made for (`controllers/ray/utils/constant.go`, 1.6.0 and later). Its operator's log
+says which reconcile created each RayJob, which tells who made a duplicate.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
@@ -43,3 +45,56 @@ def minutes_name(cron: str, scheduled: str) -> str:
     """`<cron>-<minutes since the epoch>` for a schedule time, as a Kubernetes CronJob names its Jobs."""
     when = datetime.fromisoformat(scheduled.replace("Z", "+00:00"))
     return f"{cron}-{int(when.timestamp()) // 60}"
+
+
+# What KubeRay's RayCronJob controller logs (JSON, the chart's encoder) for each RayJob it creates
+# and when its status write loses to a newer version (`controllers/ray/raycronjob_controller.go`).
+CREATED_MESSAGE = "Successfully created RayJob"
+STATUS_FAILED_MESSAGE = "Failed to update RayCronJob status"
+
+
+def log_entries(log: str) -> list[dict[str, Any]]:
+    """The operator's JSON log lines as objects; lines of other shapes are left out."""
+    entries = []
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def creations(log: str) -> dict[str, str]:
+    """RayJob name -> the reconcileID of the reconcile whose log line says it created it."""
+    return {
+        str(e["rayJobName"]): str(e.get("reconcileID", ""))
+        for e in log_entries(log)
+        if e.get("msg") == CREATED_MESSAGE and "rayJobName" in e
+    }
+
+
+def unclaimed(rayjobs: Iterable[dict[str, Any]], log: str) -> list[str]:
+    """Names of RayJobs whose creation `log` does not claim: another operator made them."""
+    claimed = creations(log)
+    return sorted(name for job in rayjobs if (name := job["metadata"]["name"]) not in claimed)
+
+
+def describe_duplicates(rayjobs: Iterable[dict[str, Any]], log: str) -> str:
+    """Per duplicated tick: its RayJobs, when each was created, who owns it and which reconcile
+    of the operator (from `log`) created it; then how often the operator's status write failed."""
+    jobs = list(rayjobs)
+    claimed = creations(log)
+    parts = []
+    for tick in sorted(duplicated_ticks(scheduled_times(jobs))):
+        same = [j for j in jobs if (j["metadata"].get("annotations") or {}).get(SCHEDULED_ANNOTATION) == tick]
+        described = ", ".join(
+            f"{j['metadata']['name']} (created {j['metadata'].get('creationTimestamp')}, owner uid "
+            f"{','.join(o.get('uid', '') for o in j['metadata'].get('ownerReferences', []))}, "
+            f"reconcile {claimed.get(j['metadata']['name'], 'unknown')[:8]})"
+            for j in same
+        )
+        parts.append(f"{tick}: {described}")
+    failed = sum(1 for e in log_entries(log) if e.get("msg") == STATUS_FAILED_MESSAGE)
+    return "; ".join(parts) + f"; {failed} failed status writes ({STATUS_FAILED_MESSAGE!r}) in its log"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 
 from conformance.install import crd_drift
@@ -37,6 +38,52 @@ def test_ticks_duplicates_and_gaps() -> None:
 
 def test_minutes_name_is_minutes_since_the_epoch() -> None:
     assert cronjobs.minutes_name("nightly", "1970-01-01T01:00:00Z") == "nightly-60"
+
+
+def _made(name: str, scheduled: str, created: str) -> dict:
+    job = _job(name, scheduled)
+    job["metadata"].update(
+        creationTimestamp=created, ownerReferences=[{"name": "every-minute", "uid": "u-1"}]
+    )
+    return job
+
+
+def _created_line(name: str, reconcile: str) -> str:
+    entry = {"level": "info", "msg": cronjobs.CREATED_MESSAGE, "rayJobName": name, "reconcileID": reconcile}
+    return json.dumps(entry)
+
+
+# Two reconciles of one tick, as KubeRay 1.6.2 logs them when the second read a stale status.
+TICK = "2026-12-01T08:41:00Z"
+LOG = "\n".join(
+    [
+        "I1201 08:40:00 a line that is not JSON",
+        _created_line("every-minute-abcde", "11111111-aaaa"),
+        _created_line("every-minute-fghij", "22222222-bbbb"),
+        json.dumps({"msg": cronjobs.STATUS_FAILED_MESSAGE, "error": "the object has been modified"}),
+    ]
+)
+
+
+def test_every_rayjob_the_operator_logged_is_claimed_and_others_are_not() -> None:
+    made = [_made("every-minute-abcde", TICK, TICK), _made("every-minute-fghij", TICK, TICK)]
+    assert cronjobs.creations(LOG) == {
+        "every-minute-abcde": "11111111-aaaa",
+        "every-minute-fghij": "22222222-bbbb",
+    }
+    assert cronjobs.unclaimed(made, LOG) == []
+    assert cronjobs.unclaimed([*made, _made("every-minute-zzzzz", TICK, TICK)], LOG) == ["every-minute-zzzzz"]
+    assert cronjobs.unclaimed(made, "") == ["every-minute-abcde", "every-minute-fghij"]
+
+
+def test_duplicates_are_described_with_their_creation_owner_and_reconcile() -> None:
+    later = "2026-12-01T08:42:00Z"
+    made = [_made("every-minute-abcde", TICK, TICK), _made("every-minute-fghij", TICK, TICK)]
+    text = cronjobs.describe_duplicates([*made, _made("every-minute-klmno", later, later)], LOG)
+    assert text.startswith(f"{TICK}: every-minute-abcde (created {TICK}, owner uid u-1, reconcile 11111111)")
+    assert "every-minute-fghij (created 2026-12-01T08:41:00Z, owner uid u-1, reconcile 22222222)" in text
+    assert "klmno" not in text  # one RayJob for its tick: not a duplicate
+    assert text.endswith("1 failed status writes ('Failed to update RayCronJob status') in its log")
 
 
 def _crd(schema: dict, versions: tuple[str, ...] = ("v1",)) -> dict:

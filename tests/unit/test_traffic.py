@@ -4,6 +4,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
+from conformance.errors import HarnessError
 from conformance.load import traffic
 from conformance.load.records import Record
 from conformance.load.traffic import Sample
@@ -90,19 +93,93 @@ def test_promotion_must_follow_a_full_shift() -> None:
     assert traffic.promotion(early[:1], "new").at is None
 
 
+def answers(start: float, seconds: float, backend: object, rate: int = 20) -> list[Record]:
+    """`rate` answers a second from `start` (seconds after T0); `backend(i)` or a name says who."""
+    pick = backend if callable(backend) else (lambda _i: backend)
+    return [
+        Record(sent=T0 + start + i / rate, latency_s=0.01, status=200, error="", backend=str(pick(i)))
+        for i in range(int(seconds * rate))
+    ]
+
+
 def test_the_served_share_is_compared_per_stretch_of_constant_weights() -> None:
     samples = [sample(0, 0), sample(10, 50)]
-    records = [
-        Record(sent=T0 + i / 10, latency_s=0.01, status=200, error="", backend="old") for i in range(100)
-    ] + [
-        Record(sent=T0 + 10 + i / 10, latency_s=0.01, status=200, error="", backend="new" if i % 2 else "old")
-        for i in range(100)
-    ]
-    windows = traffic.share_windows(records, samples, "new")
-    assert [(w.weight_percent, round(w.served_percent)) for w in windows] == [(0, 0), (50, 50)]
-    assert all(w.requests >= 80 for w in windows)  # the second after each change is skipped
+    records = answers(0, 10, "old") + answers(10, 10, lambda i: "new" if i % 2 else "old")
+    windows = traffic.share_windows(records, samples, "new", allowance_s=1.0)
+    assert [(w.weight_percent, round(w.served_percent or 0)) for w in windows] == [(0, 0), (50, 50)]
+    assert all(180 >= w.requests >= 170 for w in windows)  # the second after each change is skipped
     assert traffic.max_share_deviation(windows) is not None
     assert traffic.max_share_deviation(windows) < 2
+    assert traffic.check_shares(windows, tolerance=15, allowance_s=1.0).violations == []
+
+
+def lagging_switch(lag_s: float) -> tuple[list[Record], list[Sample]]:
+    """The step plan 100/1: every answer from old until the route moves all weight to new at 10 s,
+    the data plane applying it `lag_s` later; a status-only change 1.05 s after the switch (what
+    KubeRay writes next), then answers from new to 30 s."""
+    samples = [
+        sample(0, 0),
+        sample(10, 100, new_cap=100),
+        sample(11.05, 100, new_cap=100, old_cap=0),
+    ]
+    return answers(0, 10 + lag_s, "old") + answers(10 + lag_s, 20 - lag_s, "new"), samples
+
+
+def test_answers_before_the_propagation_allowance_are_not_judged() -> None:
+    """The false alarm of issue 22: a data plane that applies the switch 1.9 s after it is written
+    failed a check that judged the stretch up to KubeRay's next status change from 1 s after the
+    switch. Judged from the allowance on, over the whole stretch the split held, it passes."""
+    records, samples = lagging_switch(1.9)
+    windows = traffic.share_windows(records, samples, "new", allowance_s=3.0)
+    assert [(w.weight_percent, w.served_percent) for w in windows] == [(0, 0), (100, 100)]
+    assert windows[1].requests == 17 * 20  # from 13 s to the end: the status change cuts nothing
+    assert traffic.check_shares(windows, tolerance=15, allowance_s=3.0).violations == []
+    assert traffic.propagation_delays(records, samples, "new") == [1.9]
+
+
+def test_a_data_plane_far_slower_than_the_allowance_still_fails() -> None:
+    records, samples = lagging_switch(10.0)  # old answers for 7 of the 17 judged seconds
+    found = traffic.check_shares(traffic.share_windows(records, samples, "new", 3.0), 15, 3.0)
+    assert found.violations == ["59% served at weight 100% (340 answers from 3s after the change)"]
+    assert traffic.propagation_delays(records, samples, "new") == [10.0]
+
+
+def test_answers_that_never_follow_the_weights_fail() -> None:
+    samples = [sample(0, 0), sample(10, 100, new_cap=100)]
+    records = answers(0, 30, "old")
+    found = traffic.check_shares(traffic.share_windows(records, samples, "new", 3.0), 15, 3.0)
+    assert found.violations == ["0% served at weight 100% (340 answers from 3s after the change)"]
+    assert traffic.propagation_delays(records, samples, "new") == []  # never followed: nothing to measure
+
+
+def test_a_stretch_shorter_than_the_allowance_is_not_judged() -> None:
+    samples = [sample(0, 0), sample(10, 25), sample(12, 50), sample(20, 100)]
+    records = answers(0, 12, lambda i: "new" if i >= 200 and i % 4 == 0 else "old")
+    records += answers(12, 8, lambda i: "new" if i % 2 else "old") + answers(20, 10, "new")
+    windows = traffic.share_windows(records, samples, "new", allowance_s=3.0)
+    assert [w.requests for w in windows] == [140, 0, 100, 140]
+    assert [w.weight_percent for w in traffic.judged(windows)] == [0, 50, 100]
+    assert traffic.check_shares(windows, 15, 3.0).violations == []
+    assert traffic.propagation_delays(records, samples, "new") == [0.0, 0.0]  # 0 -> 25 and 50 -> 100
+
+
+def test_too_few_answers_is_a_failure_of_evidence_not_a_pass() -> None:
+    samples = [sample(0, 0), sample(10, 100, new_cap=100)]
+    records = answers(0, 2, "old") + answers(10, 3.5, "new")  # 10 answers past the allowance
+    windows = traffic.share_windows(records, samples, "new", allowance_s=3.0)
+    assert [w.requests for w in windows] == [0, 10]
+    with pytest.raises(traffic.TooFewAnswers, match=r"no stretch of constant weights had 20 answers") as err:
+        traffic.check_shares(windows, 15, 3.0)
+    assert isinstance(err.value, HarnessError)  # an error of the run, never a conformance failure
+    with pytest.raises(traffic.TooFewAnswers, match="no route weights seen"):
+        traffic.check_shares([], 15, 3.0)
+
+
+def test_the_share_in_force_follows_weight_changes_only() -> None:
+    same_split = sample(5, 50, weights={"old": 1, "new": 1})
+    samples = [sample(0, 50), same_split, sample(7, 50, conditions={"Ready": "False"}), sample(9, 100)]
+    assert traffic.weight_shares(samples, "new") == [(T0, 50.0), (T0 + 9, 100.0)]
+    assert traffic.weight_shares([sample(0, 0, weights={})], "new") == []
 
 
 def test_weight_in_force_is_the_latest_sample_before() -> None:
