@@ -1,12 +1,15 @@
 """How many checks the cluster can hold at once: the worker count of `run --workers auto`.
 
-A typical check makes one RayCluster of a head and two workers. Memory is counted by the
-profile's limits (`resources` in the profile), since memory cannot be squeezed: a node that
-runs out kills pods. CPU is counted by what the scheduler reserves per pod (POD_REQUESTS),
-since CPU can: the checks spend most of their time waiting on KubeRay (idle timeouts, TTLs,
-upgrade intervals), and counting their CPU limits would make one check fill a 2-core node.
-From the allocatable resources of the nodes a Ray pod can land on, what running pods already
-request is taken off first. The result is at least 1 and at most MAX_WORKERS.
+A typical check makes one RayCluster of a head and two workers, sized by the profile's
+`resources` (the pods' limits). From the allocatable CPU and memory of the nodes a Ray pod
+can land on, what running pods already request is taken off, and the rest is divided by
+what one check's pods may use. The result is at least 1 and at most MAX_WORKERS.
+
+CPU is counted by the limits, not by what the pods request (POD_REQUESTS, 100m each), though
+the checks mostly wait on KubeRay: measured on 2026-12-01 on the 2-core local provider,
+counting requests gave 5 workers, Ray heads then failed their liveness probes and were
+restarted, and RayJobs sat in Initializing until their waits ran out (benchmarks/README.md,
+"Parallel runs"). A starved machine must not pass for a misbehaving KubeRay.
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ class Room:
 
 
 def per_check(profile: Profile) -> tuple[Decimal, Decimal]:
-    """(CPU cores, memory bytes) one typical check takes, as this module counts them."""
-    pods = 1 + WORKERS_PER_CHECK
-    cpu = parse_quantity(POD_REQUESTS["cpu"]) * pods
-    default = POD_REQUESTS["memory"]
-    memory = parse_quantity(profile.head_resources.get("memory", default))
-    memory += parse_quantity(profile.worker_resources.get("memory", default)) * WORKERS_PER_CHECK
+    """(CPU cores, memory bytes) one typical check may use: its pods' limits (their requests if none)."""
+
+    def limit(resources: dict[str, str], name: str) -> Decimal:
+        return parse_quantity(resources.get(name, POD_REQUESTS[name]))
+
+    cpu = limit(profile.head_resources, "cpu") + limit(profile.worker_resources, "cpu") * WORKERS_PER_CHECK
+    memory = limit(profile.head_resources, "memory")
+    memory += limit(profile.worker_resources, "memory") * WORKERS_PER_CHECK
     return cpu, memory
 
 

@@ -197,7 +197,7 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
     count = capacity.workers_for(room, environment.options.profile)
     cpu, memory = capacity.per_check(environment.options.profile)
     free = f"{room.cpu:.1f} CPU and {room.memory / 2**30:.1f} GiB free on {room.source}"
-    takes = f"a check takes {cpu:.1f} CPU requested and {memory / 2**30:.1f} GiB of limits"
+    takes = f"a check's pods have limits of {cpu:.1f} CPU and {memory / 2**30:.1f} GiB"
     click.echo(f"workers: {count} (auto: {free}; {takes})", err=True)
     return count
 

@@ -20,12 +20,12 @@ from conformance.report.summary import TestResult as Result
 GIB = Decimal(2**30)
 
 
-def test_auto_workers_count_memory_by_limits_and_cpu_by_requests() -> None:
-    profile = profiles.load("default")  # head 2Gi, workers 1Gi: 4 GiB of limits per check
-    cpu, memory = capacity.per_check(profile)
-    assert (cpu, memory) == (Decimal("0.3"), 4 * GIB)
-    assert capacity.workers_for(capacity.Room(Decimal(2), 24 * GIB, "t"), profile) == 6
-    assert capacity.workers_for(capacity.Room(Decimal("0.7"), 24 * GIB, "t"), profile) == 2  # CPU bound
+def test_auto_workers_divide_the_free_room_by_the_limits_of_a_head_and_two_workers() -> None:
+    profile = profiles.load("default")  # head 1 CPU 2Gi, workers 500m 1Gi: 2 CPU and 4 GiB per check
+    assert capacity.per_check(profile) == (Decimal(2), 4 * GIB)
+    assert capacity.workers_for(capacity.Room(Decimal("1.8"), 23 * GIB, "t"), profile) == 1  # here
+    assert capacity.workers_for(capacity.Room(Decimal(8), 24 * GIB, "t"), profile) == 4  # CPU bound
+    assert capacity.workers_for(capacity.Room(Decimal(16), 10 * GIB, "t"), profile) == 2  # memory bound
     assert capacity.workers_for(capacity.Room(Decimal(0), 0 * GIB, "t"), profile) == 1  # never below 1
     assert capacity.workers_for(capacity.Room(Decimal(64), 512 * GIB, "t"), profile) == capacity.MAX_WORKERS
 
