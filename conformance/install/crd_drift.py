@@ -7,7 +7,8 @@ set are rejected. The comparison is of each CRD's versions and their openAPIV3Sc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -55,9 +56,11 @@ def drift(served: Mapping[str, Mapping[str, Any]], expected: Iterable[Mapping[st
     return found
 
 
-def fix_command(version: str) -> str:
-    """How to bring the CRDs to `version` (server-side: they are too large for client-side apply)."""
+def fix_command(version: str, kubectl_args: Sequence[str] = ()) -> str:
+    """How to bring the CRDs to `version` (server-side: they are too large for client-side apply),
+    on the cluster the run talked to (`KubeTarget.kubectl_args()`)."""
+    target = "".join(f" {shlex.quote(arg)}" for arg in kubectl_args)
     return (
-        "kubectl apply --server-side --force-conflicts "
+        f"kubectl{target} apply --server-side --force-conflicts "
         f'-k "github.com/ray-project/kuberay/ray-operator/config/crd?ref={version}"'
     )

@@ -375,7 +375,7 @@ def test_served_crds_match_the_operator_version(conformance: Environment, api: c
     found = crd_drift.drift(served, promised.crds)
     assert not found, (
         f"the served Ray CRDs are not those of {promised.crds_origin} (KubeRay {version}): {found}; "
-        f"fix: {crd_drift.fix_command(version)}"
+        f"fix: {crd_drift.fix_command(version, conformance.cluster.target.kubectl_args())}"
     )
 
 

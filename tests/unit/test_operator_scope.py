@@ -125,6 +125,8 @@ def test_drift_in_versions_and_absence() -> None:
 
 def test_fix_command_names_the_version() -> None:
     assert crd_drift.fix_command("v1.6.2").endswith('config/crd?ref=v1.6.2"')
+    on_prod = crd_drift.fix_command("v1.6.2", ["--kubeconfig", "/k", "--context", "prod"])
+    assert on_prod.startswith("kubectl --kubeconfig /k --context prod apply --server-side")
 
 
 def test_scoped_operator_gets_roles_only_and_no_leader_election() -> None:
