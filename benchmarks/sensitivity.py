@@ -40,7 +40,15 @@ def others_green(record: dict) -> str:
     return f"{len(others) - len(red)}/{len(others)}"
 
 
-def render(records: list[dict]) -> str:
+def defined_faults() -> list[tuple[str, str, str]]:
+    """(area, fault name, misbehaviour) of every fault tests/sensitivity defines."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from sensitivity.faults import all_faults  # noqa: PLC0415 - the suite's package, beside tests/
+
+    return [(f.area, f.name, f.misbehaviour) for f in all_faults()]
+
+
+def render(records: list[dict], missing: list[tuple[str, str, str]] = ()) -> str:
     dates = sorted({r["date"] for r in records})
     lines = [
         "## Sensitivity suite (`make sensitivity`)",
@@ -63,6 +71,8 @@ def render(records: list[dict]) -> str:
             f"| {r['area']} | {r['misbehaviour']} | {r['seed']} | {checks} | {outcome} "
             f"| {others_green(r)} | {times} | {r['run_id']} |"
         )
+    for area, name, misbehaviour in missing:
+        lines.append(f"| {area} | {misbehaviour} | (`{name}`) | not recorded yet | | | | | |")
     total = sum(r["run_s"] + r["restore_s"] for r in records)
     lines += ["", f"Total: {total / 60:.1f} minutes of cluster time (runs and restores)."]
     return "\n".join(lines)
@@ -73,8 +83,10 @@ def main() -> None:
     if not records:
         sys.exit(f"no results in {RESULTS}: run `make sensitivity` first")
     records.sort(key=lambda r: (r["area"], r["fault"]))
-    replace_section("sensitivity", render(records))
-    print(render(records))
+    recorded = {r["fault"] for r in records}
+    missing = [f for f in defined_faults() if f[1] not in recorded]
+    replace_section("sensitivity", render(records, missing))
+    print(render(records, missing))
 
 
 if __name__ == "__main__":
