@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import profiles
 from conformance.errors import HarnessError
 from conformance.load import traffic
 from conformance.load.records import Record
@@ -241,3 +242,8 @@ def test_the_timeline_shows_what_the_check_did_among_the_events() -> None:
     labels = [event["label"] for event in data["events"]]  # type: ignore[index]
     assert labels.index("rayClusterConfig.suspend=true") < labels.index("UpgradeInProgress=False")
     assert {"t": 1.5, "label": "rayClusterConfig.suspend=true"} in data["events"]  # type: ignore[operator]
+
+
+def test_every_bundled_profile_states_its_propagation_allowance() -> None:
+    for name in profiles.available():
+        assert profiles.load(name).thresholds["route_propagation_allowance_s"] > 0, name
