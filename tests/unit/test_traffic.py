@@ -5,7 +5,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
+from conformance import profiles
 from conformance.errors import HarnessError
 from conformance.load import traffic
 from conformance.load.records import Record
@@ -261,3 +263,10 @@ def test_a_plan_of_several_steps_needs_two_migrations_to_check_the_interval() ->
     assert any("intervalSeconds unchecked" in v for v in found.violations)
     # One step of 100 has one migration only; nothing to check there.
     assert traffic.check_steps([sample(0, 0, 100), sample(1, 100, 100)], "new", 100, 1).violations == []
+
+
+def test_every_bundled_profile_states_its_propagation_allowance() -> None:
+    for name in profiles.available():
+        # The file must state it: the schema's default would satisfy a read through the profile.
+        stated = yaml.safe_load((profiles.BUNDLED / f"{name}.yaml").read_text())["thresholds"]
+        assert stated["route_propagation_allowance_s"] > 0, name
