@@ -19,7 +19,6 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,9 +35,10 @@ def main() -> None:
     args = _parser().parse_args()
     recorded = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"areas": {}}
     if args.run_dirs:
-        entries = [entry(Path(d), None, "", args.k) for d in args.run_dirs]
+        entries = [entry(Path(d), "", args.k) for d in args.run_dirs]
     else:
         entries = [_run(args.source, area, args.k, args.lock) for area in args.area]
+    recorded["notes"] = args.note or recorded.get("notes", [])
     for found in entries:
         key = found["area"] + (f" -k {found['selection']}" if found["selection"] else "")
         recorded["areas"][key] = found
@@ -56,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", default="", help="only checks matching this pytest -k expression")
     parser.add_argument("--lock", default="", help="flock this file around each run (a shared cluster)")
     parser.add_argument("--from", dest="run_dirs", action="append", default=[], help="record an earlier run")
+    parser.add_argument("--note", action="append", default=[], help="a finding to keep with the figures")
     return parser
 
 
@@ -67,13 +68,13 @@ def _run(source: str, area: str, k: str, lock: str) -> dict:
     if lock:
         command = ["flock", lock, *command]
         shown = ["flock", lock, *shown]
-    started = time.monotonic()
     subprocess.run(command, cwd=ROOT, check=False)
-    return entry(run_dir, round(time.monotonic() - started, 1), shlex.join(shown), k)
+    return entry(run_dir, shlex.join(shown), k)
 
 
-def entry(run_dir: Path, wall_s: float | None, command: str, k: str = "") -> dict:
-    """One area's run: counts by outcome, its wall time, and each check that did not pass."""
+def entry(run_dir: Path, command: str, k: str = "") -> dict:
+    """One area's run: counts by outcome, its wall time (from its start, after any wait for the
+    lock, to its end), and each check that did not pass."""
     summary = json.loads((run_dir / "summary.json").read_text())
     (area,) = summary["areas"] or {"?": {}}
     counts = {outcome: 0 for outcome in OUTCOMES}
@@ -86,7 +87,7 @@ def entry(run_dir: Path, wall_s: float | None, command: str, k: str = "") -> dic
         "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
         "date": summary["started"][:10],
         "command": command,
-        "wall_s": wall_s if wall_s is not None else _seconds(summary),
+        "wall_s": _seconds(summary),
         "prepare_s": env.get("prepare_s"),
         "verdict": _verdict(counts),
         "counts": counts,
@@ -140,7 +141,8 @@ def render(recorded: dict) -> str:
         for n in a["not_passed"]
     ]
     commands = [f"    {a['command']}" for a in areas if a.get("command")]
-    return f"""## KubeRay {version} from source
+    notes = [f"- {note}" for note in recorded.get("notes", [])]
+    return f"""## KubeRay {version.removeprefix("v")} from source
 
 Measured on {recorded["machine"]} by `benchmarks/kuberay_source.py`: each area one
 `kuberay-conformance run --kuberay-source DIR --area AREA --keep-cluster` on the local provider
@@ -155,6 +157,10 @@ Wall time is the whole run (environment preparation included).
 Checks that did not pass (outcome: reason):
 
 {chr(10).join(findings) or "- none"}
+
+What was decided about them (harness or KubeRay):
+
+{chr(10).join(notes) or "- nothing yet"}
 
 Commands:
 

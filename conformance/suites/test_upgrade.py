@@ -161,6 +161,11 @@ def _assert_deleted_after_delay(
     )
 
 
+# How long the load goes on after a resumed RayService first answers: the answers the check
+# then asserts come only from the resumed cluster (2 s of slack for the data plane, then these).
+RESUMED_WINDOW_S = 15
+
+
 def _assert_all_from(records: list[Record], since: float, cluster: str, when: str) -> None:
     # Two seconds for the data plane to follow the switch.
     late = [r for r in records if r.sent > since + 2 and r.ok]
@@ -665,6 +670,9 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
                 answered, what=f"an answer from {back} with the upgraded message", timeout=timeouts.ready
             )
         answering = time.time()
+        # The load stops when this block ends: keep it running for a window after the first answer,
+        # or no record can be after it (the first 1.7.0 run failed on exactly that, the harness's fault).
+        time.sleep(RESUMED_WINDOW_S)  # poll-interval: the observation window of the load
     records = gen.records
     before = analysis.between(records, 0, suspended)
     metrics["failed_before_suspend"] = analysis.failed(before)
