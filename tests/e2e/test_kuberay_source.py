@@ -23,6 +23,7 @@ from kubernetes import client, config
 
 from conformance.install import crd_drift, kuberay, kuberay_chart
 from conformance.install.source_install import SourceInstall
+from conformance.kube.target import KubeTarget
 from conformance.profiles import load
 from conformance.providers.base import Cluster
 from conformance.providers.local.provider import LocalProvider
@@ -65,7 +66,7 @@ def _restore_local_build(local_provider: LocalProvider, api: client.ApiClient, k
         namespace=NAMESPACE,
         feature_gates={**kuberay.chart_feature_gates(MODULE_VERSION), **profile.kuberay.feature_gates},
     )
-    target = kuberay_chart.Target(kubeconfig)
+    target = KubeTarget(kubeconfig)
     kuberay_chart.clear_other_installs(target, api, NAMESPACE, kuberay_chart.LOCAL_BUILD, 300)
     kuberay.install_local(local_provider, api, spec)
     kuberay.wait_ready(api, spec, 300)
@@ -183,7 +184,7 @@ def _the_facts_checks_fail_when_what_runs_differs(
         str(checkout), NAMESPACE, dict(load("default").kuberay.feature_gates), provider.cache
     )
     source.check()
-    spec, promised = source.install(provider, api, kuberay_chart.Target(cluster.kubeconfig), 300)
+    spec, promised = source.install(provider, api, KubeTarget(cluster.kubeconfig), 300)
     apps = client.AppsV1Api(api)
     dep = apps.read_namespaced_deployment(kuberay.NAME, NAMESPACE)
     args = list(dep.spec.template.spec.containers[0].args)
@@ -215,7 +216,7 @@ def _the_facts_checks_fail_when_what_runs_differs(
         if c.spec.group == "ray.io"
     }
     assert "rayclusters.ray.io" in crd_drift.drift(served, promised.crds)
-    source.install(provider, api, kuberay_chart.Target(cluster.kubeconfig), 300)  # helm's 3-way merge repairs
+    source.install(provider, api, KubeTarget(cluster.kubeconfig), 300)  # helm's 3-way merge repairs
     facts = kuberay.observed_operator(api, NAMESPACE)
     assert not kuberay_chart.gate_mismatches(
         kuberay_chart.running_gates(facts, promised.binary_gates), promised.feature_gates
