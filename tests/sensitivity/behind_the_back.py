@@ -26,7 +26,7 @@ def drop_crd_fields(rogue: Rogue, plural: str, paths: list[list[str]], probe: di
     crd = ext.read_custom_resource_definition(name)
     index = next(i for i, v in enumerate(crd.spec.versions) if v.name == "v1")
     patch = [{"op": "remove", "path": _json_path(index, path)} for path in paths]
-    ext.patch_custom_resource_definition(name, patch)
+    ext.patch_custom_resource_definition(name, patch, _content_type="application/json-patch+json")
     rogue.acted(f"removed {[_dotted(p) for p in paths]} from the v1 schema of CRD {name}")
     _wait_pruned(rogue, plural, paths, probe)
 
