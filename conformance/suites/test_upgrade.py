@@ -397,9 +397,10 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     records = gen.records
     metrics["rollback_s"] = round(rolled_back - reverted, 2)
     metrics["pending_cluster_deleted_after_rollback_s"] = round(deleted - rolled_back, 2)
-    # From the last state before the revert (traffic on the pending cluster) on.
-    before = [s for s in sampler.samples if s.at < reverted][-1:]
-    back = traffic.percent_series(before + [s for s in sampler.samples if s.at >= reverted], new)
+    # From the traffic the check saw on the pending cluster when it reverted (the sampler may
+    # not have caught up with that state yet) on.
+    at_revert = [(reverted, _pending_percent(moving))]
+    back = at_revert + traffic.percent_series([s for s in sampler.samples if s.at >= reverted], new)
     gen.check()  # a generator that did not keep its rate measured nothing
     serving.assert_sampled(sampler, metrics)
     assert back and back[0][1] > 0, f"the traffic of {new} at the revert was not sampled: {back}"
