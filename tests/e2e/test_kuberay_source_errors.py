@@ -30,7 +30,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """The v1.6.2 module laid out as a checkout without a chart (as in test_kuberay_source.py)."""
+    """The v1.6.2 module laid out as a checkout without a chart (as in test_kuberay_from_source.py)."""
     root = tmp_path / "kuberay"
     shutil.copytree(kuberay.module_dir("v1.6.2"), root / "ray-operator")
     for path in [root, *root.rglob("*")]:
