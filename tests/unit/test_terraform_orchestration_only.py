@@ -208,6 +208,9 @@ def test_an_interrupted_apply_is_stopped_with_sigint_then_destroyed(
 ) -> None:
     monkeypatch.setenv("STANDIN_HANG", "apply")
     hanging = Path(str(standins) + ".hanging")
+    # Ctrl-C as a user's shell delivers it: Python's own handler, whatever an earlier test of the
+    # session left installed (in the whole `make test` session this test once saw no KeyboardInterrupt).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def interrupt_when_apply_hangs() -> None:
         deadline = time.monotonic() + 20
@@ -216,8 +219,11 @@ def test_an_interrupted_apply_is_stopped_with_sigint_then_destroyed(
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)  # as Ctrl-C would
 
     threading.Thread(target=interrupt_when_apply_hangs, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        KindProvider(run_id="run-int").up()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            KindProvider(run_id="run-int").up()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert {"signal": "SIGINT"}.items() <= calls(standins)[3].items(), "apply was asked to stop gracefully"
     assert verbs(standins) == "init workspace apply apply destroy workspace workspace"
 
