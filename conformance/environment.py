@@ -86,6 +86,12 @@ class Environment:
         """Refuse combinations that cannot work, before anything is provisioned."""
         profile = self.options.profile
         profile.check_ray_versions(self.options.versions_to_test)
+        if profile.kuberay.extra_args and self.options.kuberay_install in ("helm", "source"):
+            raise UsageError(
+                f"kuberay.extra_args cannot be passed through the kuberay-operator Helm chart "
+                f"(kuberay.install is {self.options.kuberay_install})",
+                "use kuberay.env, or kuberay.install: local-build",
+            )
         if profile.gateway_install in ("istio", "envoy-gateway"):
             from conformance.install import gateway_charts  # noqa: PLC0415
 

@@ -133,3 +133,17 @@ def test_an_unquoted_version_in_a_profile(tmp_path: Path, workdir: Path) -> None
     text = (profiles.BUNDLED / "default.yaml").read_text()
     path.write_text(text.replace('ray_versions: ["2.58.0"]', "ray_versions: [2.10]"))
     _refused(_run(workdir, "--profile", str(path)), workdir, 'quote it: "2.10"')
+
+
+@pytest.mark.parametrize("from_source", [False, True], ids=["helm", "source"])
+def test_operator_arguments_that_the_helm_chart_cannot_pass(
+    tmp_path: Path, workdir: Path, from_source: bool
+) -> None:
+    path = _profile(
+        tmp_path, {"kuberay.install": "helm", "kuberay.extra_args": ["--reconcile-concurrency=2"]}
+    )
+    args = ["--profile", str(path)]
+    if from_source:  # refused before the checkout is even looked at
+        args += ["--kuberay-source", str(tmp_path / "no-checkout-here")]
+    line = _refused(_run(workdir, *args), workdir, "kuberay.extra_args cannot be passed", "use kuberay.env")
+    assert len(line.splitlines()) == 1
