@@ -141,6 +141,14 @@ _TAG_VERSION = re.compile(r"v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
+class OperatorNotReady(ProvisioningError):
+    """The operator's Deployment did not become available, or no pod of it took the lease.
+
+    While the environment is prepared this is the environment's problem; where a check changes
+    the operator on purpose (an upgrade), the check turns it into a failure of the version under test.
+    """
+
+
 class ImageLoader(Protocol):
     """What `install_local` needs of a provider: a way to put a locally built image on the node."""
 
@@ -632,7 +640,7 @@ def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float,
                 field_selector=f"metadata.name={LEASE_NAME}",
             )
     except WaitTimeout as exc:
-        raise ProvisioningError(
+        raise OperatorNotReady(
             f"the KubeRay operator was not ready within {timeout:.0f}s ({exc.last_seen}; "
             f"{_pod_problems(core, spec.namespace)})",
             fix,
