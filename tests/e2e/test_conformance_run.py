@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_runs import run_cli
 from kubernetes import client, config
 
 from conformance.environment import RAY_CRDS
@@ -25,14 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", "run", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1800,
-    )
+    return run_cli(*args, timeout=1800)
 
 
 def _run_existing(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:

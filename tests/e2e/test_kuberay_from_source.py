@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runs import run_cli
 from kubernetes import client, config
 
 from conformance.install import crd_drift, kuberay, kuberay_chart
@@ -28,7 +28,6 @@ from conformance.profiles import load
 from conformance.providers.base import Cluster
 from conformance.providers.local.provider import LocalProvider
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = load("default").kuberay.namespace
 MODULE_VERSION = "v1.6.2"
 # The operator checks that read what runs, and one that makes a RayCluster and waits until Ready.
@@ -39,14 +38,7 @@ CHECKS = (
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", "run", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=2400,
-    )
+    return run_cli(*args, timeout=2400)
 
 
 def _run_operator_checks(checkout: Path, run_dir: Path) -> subprocess.CompletedProcess:

@@ -5,27 +5,19 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_runs import run_cli
 
 from conformance.install import kuberay
 from conformance.profiles import BUNDLED
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", "run", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1200,
-    )
+    return run_cli(*args, timeout=1200)
 
 
 @pytest.fixture
