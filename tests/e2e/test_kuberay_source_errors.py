@@ -15,7 +15,6 @@ from conformance.install import kuberay
 from conformance.profiles import BUNDLED
 
 
-
 def _run(*args: str) -> subprocess.CompletedProcess:
     return run_cli(*args, timeout=1200)
 
