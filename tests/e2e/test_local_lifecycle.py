@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kubernetes import client
+
+from conformance.kube.target import KubeTarget, api_client
+from conformance.kube.wait import poll_until, wait_for
 from conformance.providers.base import Cluster
+from conformance.providers.local.cleanup import kill_pod_processes
 from conformance.providers.local.provider import LocalProvider
 
 CLI = [sys.executable, "-m", "conformance.cli"]
@@ -53,6 +58,52 @@ def test_status_shows_a_dead_component_and_up_repairs_it(
     status = _cli("cluster", "status")
     assert status.returncode == 0, status.stdout
     assert all(line.startswith("ok") for line in status.stdout.splitlines())
+
+
+def test_up_after_every_process_was_killed_brings_the_cluster_back(
+    local_provider: LocalProvider, local_cluster: Cluster
+) -> None:
+    """A session or CI job that ends mid-run kills everything without `down`; the next `up` converges.
+
+    containerd killed this way leaves its socket file behind: a health check that looked only at
+    the file let `up` import the pause image into a containerd that was not yet listening.
+    """
+    core = client.CoreV1Api(api_client(KubeTarget(local_cluster.kubeconfig)))
+    pods_before = {(p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items}
+    assert kill_pod_processes() == []
+    for pid in local_provider.supervisor.cgroup_pids():
+        os.kill(pid, signal.SIGKILL)
+    poll_until(
+        lambda: True if not local_provider.supervisor.cgroup_pids() else None,
+        what="the killed cluster processes to exit",
+        timeout=30,
+        every=0.2,
+    )
+    assert local_provider.state.containerd_socket.is_socket(), "SIGKILL should leave containerd's socket file"
+
+    local_provider.up()
+
+    status = _cli("cluster", "status")
+    assert status.returncode == 0, status.stdout
+    for namespace, name in sorted(pods_before):
+        wait_for(
+            core.list_namespaced_pod,
+            _ready,
+            what=f"pod {namespace}/{name} ready again",
+            timeout=180,
+            describe=_conditions,
+            namespace=namespace,
+            field_selector=f"metadata.name={name}",
+        )
+
+
+def _conditions(pod: client.V1Pod) -> str:
+    held = [c.type for c in pod.status.conditions or [] if c.status == "True"]
+    return f"{pod.status.phase}, conditions {held}"
+
+
+def _ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 def test_env_prints_kubeconfig_and_the_built_kubectl_first(

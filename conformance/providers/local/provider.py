@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import string
 import sys
 import time
@@ -263,6 +264,10 @@ class LocalProvider:
         if component.health_url:
             url = urlparse(component.health_url)
             preflight.check_port_free(component.name, url.hostname or "", url.port or 0)
+        if component.health_socket is not None:
+            # A socket file left by a process that was killed (a session or CI job that ended
+            # mid-run) refuses connections; the program makes its own when it starts.
+            component.health_socket.unlink(missing_ok=True)
         env = {**os.environ, **component.env}
         log = self.state.log_for(component.name)
         with progress(f"starting {component.name}"):
@@ -290,7 +295,7 @@ class LocalProvider:
 
     def _healthy(self, component: components.Component) -> bool:
         if component.health_socket is not None:
-            return component.health_socket.is_socket()
+            return _accepts_connections(component.health_socket)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
@@ -431,3 +436,16 @@ def _tail(log: Path, lines: int = 1) -> str:
     except OSError:
         return "no log"
     return " / ".join(text[-lines:])[-300:] if text else "empty log"
+
+
+def _accepts_connections(path: Path) -> bool:
+    """A unix socket is healthy when something listens on it, not when its file exists."""
+    if not path.is_socket():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
