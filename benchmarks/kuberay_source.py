@@ -34,19 +34,23 @@ OUTCOMES = ("passed", "failed", "error", "not_applicable", "skipped")
 def main() -> None:
     args = _parser().parse_args()
     recorded = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"areas": {}}
-    if args.run_dirs:
-        entries = [entry(Path(d), "", args.k) for d in args.run_dirs]
-    else:
-        entries = [_run(args.source, area, args.k, args.lock) for area in args.area]
     recorded["notes"] = args.note or recorded.get("notes", [])
-    for found in entries:
-        key = found["area"] + (f" -k {found['selection']}" if found["selection"] else "")
-        recorded["areas"][key] = found
+    runs = [lambda d=d: entries(Path(d), "", args.k) for d in args.run_dirs] or [
+        lambda a=a: _run(args.source, a, args.k, args.lock) for a in args.area
+    ]
+    for one_run in runs:  # recorded after each run: a series cut short keeps what ran
+        for found in one_run():
+            key = found["area"] + (f" -k {found['selection']}" if found["selection"] else "")
+            recorded["areas"][key] = found
+            print(json.dumps(found, indent=2))
+        _record(recorded)
+
+
+def _record(recorded: dict) -> None:
     recorded["machine"] = machine()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(recorded, indent=2) + "\n")
     replace_section("kuberay-source", render(recorded))
-    print(json.dumps(entries, indent=2))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run(source: str, area: str, k: str, lock: str) -> dict:
+def _run(source: str, area: str, k: str, lock: str) -> list[dict]:
     run_dir = ROOT / "reports" / f"src-{area}-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}"
     command = [str(CLI), "run", "--kuberay-source", source, "--area", area, "--keep-cluster"]
     command += ["--run-dir", str(run_dir), *(["-k", k] if k else [])]
@@ -69,40 +73,43 @@ def _run(source: str, area: str, k: str, lock: str) -> dict:
         command = ["flock", lock, *command]
         shown = ["flock", lock, *shown]
     subprocess.run(command, cwd=ROOT, check=False)
-    return entry(run_dir, shlex.join(shown), k)
+    return entries(run_dir, shlex.join(shown), k)
 
 
-def entry(run_dir: Path, command: str, k: str = "") -> dict:
-    """One area's run: counts by outcome, its wall time (from its start, after any wait for the
-    lock, to its end), and each check that did not pass."""
+def entries(run_dir: Path, command: str, k: str = "") -> list[dict]:
+    """One row per area of a run: counts by outcome, wall time and each check that did not pass.
+
+    A one-area run's wall time is the whole run (from its start, after any wait for the lock, to
+    its end); in a run of several areas (the full main job) it is the sum of the area's checks."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    (area,) = summary["areas"] or {"?": {}}
-    counts = {outcome: 0 for outcome in OUTCOMES}
-    for test in summary["tests"]:
-        counts[test["outcome"]] += 1
-    env = summary.get("environment", {})
-    return {
-        "area": area,
+    areas = sorted({t["area"] for t in summary["tests"] if t["area"] != "harness"}) or ["?"]
+    full_run = {"wall_s": _seconds(summary), "verdict": summary["verdict"]} if len(areas) > 1 else None
+    shared = {
         "selection": k,  # a -k expression: only some checks of the area ran
         "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
+        "full_run": full_run,
         "date": summary["started"][:10],
         "command": command,
-        "wall_s": _seconds(summary),
-        "prepare_s": env.get("prepare_s"),
-        "verdict": _verdict(counts),
-        "counts": counts,
+        "prepare_s": summary.get("environment", {}).get("prepare_s"),
         "versions": summary["versions"],
-        "source": env.get("kuberay_source", {}),
-        "not_passed": [
-            {
-                "check": t["id"].rsplit("::", 1)[-1],
-                "outcome": t["outcome"],
-                "reason": t.get("reason", "")[:300],
-            }
-            for t in summary["tests"]
-            if t["outcome"] not in ("passed",)
-        ],
+        "source": summary.get("environment", {}).get("kuberay_source", {}),
     }
+    return [_area_row(summary, area, shared, whole_run=full_run is None) for area in areas]
+
+
+def _area_row(summary: dict, area: str, shared: dict, *, whole_run: bool) -> dict:
+    tests = [t for t in summary["tests"] if t["area"] == area]
+    counts = {outcome: 0 for outcome in OUTCOMES}
+    for test in tests:
+        counts[test["outcome"]] += 1
+    not_passed = [
+        {"check": t["id"].rsplit("::", 1)[-1], "outcome": t["outcome"], "reason": t.get("reason", "")[:300]}
+        for t in tests
+        if t["outcome"] != "passed"
+    ]
+    wall = _seconds(summary) if whole_run else round(sum(t["duration_s"] for t in tests), 1)
+    return {"area": area, **shared, "wall_s": wall, "verdict": _verdict(counts), "counts": counts,
+            "not_passed": not_passed}  # fmt: skip
 
 
 def _seconds(summary: dict) -> float | None:
@@ -142,14 +149,21 @@ def render(recorded: dict) -> str:
     ]
     commands = [f"    {a['command']}" for a in areas if a.get("command")]
     notes = [f"- {note}" for note in recorded.get("notes", [])]
+    versions = first["versions"]
+    full_runs = {a["run_dir"]: a["full_run"] for a in areas if a.get("full_run")}
+    full = "".join(
+        f"\nFull main job `{run_dir}`: {run['verdict']}, {run['wall_s']} s wall; its rows give each area's "
+        "summed check time.\n"
+        for run_dir, run in full_runs.items()
+    )
     return f"""## KubeRay {version.removeprefix("v")} from source
 
-Measured on {recorded["machine"]} by `benchmarks/kuberay_source.py`: each area one
-`kuberay-conformance run --kuberay-source DIR --area AREA --keep-cluster` on the local provider
-(default profile), the checkout built and installed with its own Helm chart; built from source
-at {ref}; kubernetes {first["versions"].get("kubernetes", "?")}, ray {first["versions"].get("ray", "?")}.
-Wall time is the whole run (environment preparation included).
-
+Measured on {recorded["machine"]} by `benchmarks/kuberay_source.py`: `kuberay-conformance run
+--kuberay-source DIR` on the local provider (default profile), one area per run or the whole main
+job (`--from` its run folder), the checkout built and installed with its own Helm chart; built
+from source at {ref}; kubernetes {versions.get("kubernetes", "?")}, ray {versions.get("ray", "?")}.
+A one-area run's wall time is the whole run (environment preparation included).
+{full}
 | area | verdict | passed | failed | error | n/a | wall s | date |
 |---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
