@@ -16,7 +16,7 @@ from kubernetes import client
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.scaling import ScaleWatcher
-from conformance.kube.wait import WaitTimeout, behaviour, wait_for
+from conformance.kube.wait import WaitTimeout, behaviour, poll_until, wait_for
 from conformance.profiles import Profile
 from conformance.progress import progress
 from conformance.timeouts import Timeouts
@@ -67,6 +67,31 @@ def actor_states(ray: Ray, cluster: str) -> tuple[int, int]:
     """(alive, pending) among the demand actors."""
     words = ray.exec(ray.head_pod(cluster), ["python", "-c", PENDING]).split()
     return int(words[words.index("alive") + 1]), int(words[words.index("pending") + 1])
+
+
+# Ray places a pending actor some seconds after a node joins (its raylet reports the free CPU,
+# then the GCS schedules): a stated slack for that on a loaded 2-core machine.
+PLACEMENT_SLACK_S = 30
+
+
+def actors_placed(ray: Ray, cluster: str, alive: int) -> tuple[int, int]:
+    """(alive, pending) once `alive` demand actors run: the workers KubeRay added can host them.
+
+    Asked right after the workers join, an actor may not be placed yet; the wait is part of the
+    behaviour (workers started with the wrong resources would never take one)."""
+    seen = [(0, 0)]
+
+    def placed() -> tuple[int, int] | None:
+        seen.append(actor_states(ray, cluster))
+        return seen[-1] if seen[-1][0] >= alive else None
+
+    try:
+        return poll_until(placed, what=f"{alive} actors placed", timeout=PLACEMENT_SLACK_S)
+    except WaitTimeout as exc:
+        raise AssertionError(
+            f"the new workers host {alive} of the demand actors: after {exc.timeout:.0f}s "
+            f"{seen[-1][0]} alive, {seen[-1][1]} pending"
+        ) from exc
 
 
 def autoscaling_cluster(

@@ -24,7 +24,7 @@ from conformance.kube.wait import behaviour, holds_for
 from conformance.profiles import Profile
 from conformance.report.timelines import Recorder
 from conformance.suites.autoscaling import (
-    actor_states,
+    actors_placed,
     ask,
     autoscaling_cluster,
     ready,
@@ -115,7 +115,7 @@ def test_scales_up_to_demand_within_max_and_down_after_idle(
         with behaviour("pending demand scales the group up to maxReplicas"):
             up = until(watch, _workers("small", 2), "2 workers alive in Ray", timeouts.scale)
         metrics["scale_up_s"] = round(up - asked, 2)
-        alive, pending = actor_states(ray, "scaler")
+        alive, pending = actors_placed(ray, "scaler", 2)
         assert (alive, pending) == (2, 1), f"expected 2 actors placed and 1 pending, saw {alive}, {pending}"
         idle = watch.event("demand released")
         release(ray, "scaler")
