@@ -165,7 +165,9 @@ def test_running_job_with_task_retries_completes_despite_a_lost_worker(
         timeout=timeouts.ready,
     )
     started = time.monotonic()
-    ray.core.delete_namespaced_pod(worker.metadata.name, ray.namespace)
+    # Lost, not drained: with the default 30 s grace the worker's bash (PID 1, no SIGTERM handler)
+    # outlives the 20 s task, which then finishes on the doomed pod and is never retried.
+    ray.core.delete_namespaced_pod(worker.metadata.name, ray.namespace, grace_period_seconds=0)
     with behaviour("a job whose tasks may retry completes after losing its worker"):
         final = _wait_job_end(ray, "resilient", "RayJob resilient to finish", timeouts)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
