@@ -16,6 +16,12 @@ starts, and the running ones drain. The exclusive checks are also moved to the e
 collection (every worker sorts the same way, as xdist requires), so in practice they run
 as one serial phase after the parallel one, instead of draining the workers once each.
 
+Alone also means after the checks before it have gone: a namespace still terminating holds
+Ray clusters KubeRay is deleting and Gateways the Gateway implementation is unloading. Seen on
+2026-12-01 (1.7.0 from source, Traefik): the first second of an upgrade check's load got HTTP 500
+while Traefik rebuilt its configuration for the previous check's vanishing HTTPRoute. So an
+exclusive check first waits until no namespace of the run is terminating (`settle`).
+
 Why not two pytest sessions (a parallel one, then a serial one)? The environment, the
 Lease, the summary, junit.xml and the Allure results would have to be carried across two
 sessions; one session with a lock keeps all of that as it is.
@@ -30,6 +36,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from kubernetes import client
+
+from conformance.kube.wait import WaitTimeout, poll_until
 
 MARKER = "exclusive"
 MARKER_HELP = (
@@ -77,3 +86,26 @@ def _opened(path: Path) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+def terminating(api: client.ApiClient, selector: str) -> list[str]:
+    """The namespaces matching `selector` (the run's label) that are being deleted."""
+    found = client.CoreV1Api(api).list_namespace(label_selector=selector).items
+    return sorted(ns.metadata.name for ns in found if ns.status and ns.status.phase == "Terminating")
+
+
+def settle(api: client.ApiClient, selector: str, timeout: float) -> str:
+    """Wait until no namespace of the run terminates; returns a note when it ran out of time.
+
+    Running out is said, not raised: a namespace held by a finalizer is the finding of the check
+    that made it, and this check may still run (its measurement is then less quiet than meant)."""
+    try:
+        poll_until(
+            lambda: True if not terminating(api, selector) else None,
+            what="the namespaces of earlier checks to be gone",
+            timeout=timeout,
+            every=1.0,
+        )
+    except WaitTimeout:
+        return f"namespaces still terminating after {timeout:.0f}s: {', '.join(terminating(api, selector))}"
+    return ""

@@ -329,12 +329,21 @@ class ConformanceRun:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-        """In a parallel run, setup, call and teardown of a check hold the run's lock (exclusive.py)."""
-        if self.turn is None:
+        """In a parallel run, setup, call and teardown of a check hold the run's lock (exclusive.py);
+        an exclusive check starts once the namespaces of the checks before it are gone."""
+        alone = exclusive.is_exclusive(item)
+        with self.turn.hold(alone) if self.turn is not None else contextlib.nullcontext():
+            if alone:
+                self._settle_before(item)
             yield
+
+    def _settle_before(self, item: pytest.Item) -> None:
+        api = self.environment.api
+        if api is None or self.collect_only:
             return
-        with self.turn.hold(exclusive.is_exclusive(item)):
-            yield
+        note = exclusive.settle(api, f"{RUN_LABEL}={self.options.run_id}", self.options.timeouts.cleanup)
+        if note:  # in the report's notes: the check ran less alone than meant
+            self.environment.notes.append(f"before {_check_name(item.nodeid)}: {note}")
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         if self.worker:
