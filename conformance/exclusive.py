@@ -20,7 +20,9 @@ Alone also means after the checks before it have gone: a namespace still termina
 Ray clusters KubeRay is deleting and Gateways the Gateway implementation is unloading. Seen on
 2026-12-01 (1.7.0 from source, Traefik): the first second of an upgrade check's load got HTTP 500
 while Traefik rebuilt its configuration for the previous check's vanishing HTTPRoute. So an
-exclusive check first waits until no namespace of the run is terminating (`settle`).
+exclusive check that measures under load (`quiet=True` on its marker) first waits until no
+namespace of the run is terminating (`settle`); the others do not wait, as a terminating namespace
+takes up to a minute (pods get their 30 s of grace).
 
 Why not two pytest sessions (a parallel one, then a serial one)? The environment, the
 Lease, the summary, junit.xml and the Allure results would have to be carried across two
@@ -42,13 +44,20 @@ from conformance.kube.wait import WaitTimeout, poll_until
 
 MARKER = "exclusive"
 MARKER_HELP = (
-    "exclusive(why): the check changes cluster-wide state (operator, CRDs, feature gates) or measures "
-    "under load, and runs while no other check does"
+    "exclusive(why, quiet=False): the check changes cluster-wide state (operator, CRDs, feature gates) or "
+    "measures under load, and runs while no other check does; quiet: also after earlier checks' "
+    "namespaces are gone"
 )
 
 
 def is_exclusive(item: pytest.Item) -> bool:
     return item.get_closest_marker(MARKER) is not None
+
+
+def needs_quiet(item: pytest.Item) -> bool:
+    """An exclusive check that measures under load: it starts after earlier checks' teardown."""
+    marker = item.get_closest_marker(MARKER)
+    return marker is not None and bool(marker.kwargs.get("quiet"))
 
 
 def exclusive_last(items: list[pytest.Item]) -> None:

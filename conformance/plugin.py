@@ -330,10 +330,10 @@ class ConformanceRun:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
         """In a parallel run, setup, call and teardown of a check hold the run's lock (exclusive.py);
-        an exclusive check starts once the namespaces of the checks before it are gone."""
+        an exclusive check measuring under load starts once earlier checks' namespaces are gone."""
         alone = exclusive.is_exclusive(item)
         with self.turn.hold(alone) if self.turn is not None else contextlib.nullcontext():
-            if alone:
+            if exclusive.needs_quiet(item):
                 self._settle_before(item)
             yield
 

@@ -447,7 +447,7 @@ def previous_operator(
         restore()
 
 
-@pytest.mark.exclusive("downgrades and upgrades the shared operator, under load")
+@pytest.mark.exclusive("downgrades and upgrades the shared operator, under load", quiet=True)
 @pytest.mark.requires("gateway_api")
 @pytest.mark.kuberay_issue(2177)
 def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(

@@ -34,7 +34,7 @@ def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
     return rs.rayservice_values(cluster_values, NAME)
 
 
-@pytest.mark.exclusive("measures failed requests under load")
+@pytest.mark.exclusive("measures failed requests under load", quiet=True)
 @pytest.mark.requires("gateway_api")
 def test_rayservice_becomes_ready_and_answers_through_the_gateway(
     ray: Ray,
@@ -64,7 +64,7 @@ def test_rayservice_becomes_ready_and_answers_through_the_gateway(
     )
 
 
-@pytest.mark.exclusive("measures failed requests under load")
+@pytest.mark.exclusive("measures failed requests under load", quiet=True)
 @pytest.mark.requires("gateway_api")
 @pytest.mark.kuberay_issue(2177)
 def test_serve_config_change_is_applied_in_place_without_failed_requests(

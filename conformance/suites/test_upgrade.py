@@ -35,7 +35,10 @@ from conformance.suites import serving
 from conformance.timeouts import Timeouts
 
 # Every check here measures failed requests under load, so none shares the machine (exclusive.py).
-pytestmark = [pytest.mark.area("upgrade"), pytest.mark.exclusive("measures failed requests under load")]
+pytestmark = [
+    pytest.mark.area("upgrade"),
+    pytest.mark.exclusive("measures failed requests under load", quiet=True),
+]
 
 NAME = "echo"
 # Short, so a check does not wait the default minute; the check measures that it is honoured.
