@@ -83,7 +83,8 @@ def entries(run_dir: Path, command: str, k: str = "") -> list[dict]:
     its end); in a run of several areas (the full main job) it is the sum of the area's checks."""
     summary = json.loads((run_dir / "summary.json").read_text())
     areas = sorted({t["area"] for t in summary["tests"] if t["area"] != "harness"}) or ["?"]
-    full_run = {"wall_s": _seconds(summary), "verdict": summary["verdict"]} if len(areas) > 1 else None
+    whole_job = len(areas) > 1 and not k  # several areas, nothing deselected: the main job
+    full_run = {"wall_s": _seconds(summary), "verdict": summary["verdict"]} if whole_job else None
     shared = {
         "selection": k,  # a -k expression: only some checks of the area ran
         "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
@@ -94,7 +95,7 @@ def entries(run_dir: Path, command: str, k: str = "") -> list[dict]:
         "versions": summary["versions"],
         "source": summary.get("environment", {}).get("kuberay_source", {}),
     }
-    return [_area_row(summary, area, shared, whole_run=full_run is None) for area in areas]
+    return [_area_row(summary, area, shared, whole_run=len(areas) == 1) for area in areas]
 
 
 def _area_row(summary: dict, area: str, shared: dict, *, whole_run: bool) -> dict:
