@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +22,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from plugin_runs import plugin_command, run_namespaces
 from test_plugin_outcomes import SUITE
 
 from conformance import cluster_lock
-from conformance.plugin import RUN_LABEL
 from conformance.providers.base import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,30 +176,8 @@ def _parallel_pytest(tmp_path: Path, suite: Path, run_dir: Path) -> tuple[list[s
         "KRC_TRACE": str(tmp_path / "trace.log"),
         "KRC_RECORDS": str(records),
     }
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(suite),
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "krc_trace",
-        "-q",
-        "-n",
-        "2",
-        "--dist",
-        "worksteal",
-        "--conformance-provider",
-        "local",
-        "--conformance-run-dir",
-        str(run_dir),
-        "--junitxml",
-        str(run_dir / "junit.xml"),
-        "--alluredir",
-        str(run_dir / "allure-results"),
-    ]
-    return command, env
+    options = ["-p", "krc_trace", "-n", "2", "--dist", "worksteal", "--conformance-provider", "local"]
+    return plugin_command(suite, run_dir, *options, result_files=True), env
 
 
 def _trace(tmp_path: Path) -> list[tuple[str, int, float, float]]:
@@ -262,15 +239,6 @@ def _lease(cluster: Cluster) -> client.V1Lease | None:
         if exc.status == 404:
             return None
         raise
-
-
-def _run_namespaces(cluster: Cluster, run_id: str) -> list[str]:
-    core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
-    return [
-        ns.metadata.name
-        for ns in core.list_namespace(label_selector=f"{RUN_LABEL}={run_id}").items
-        if ns.status.phase != "Terminating"
-    ]
 
 
 # -- one parallel run, looked at from several sides ---------------------------------------
@@ -370,7 +338,7 @@ def test_diagnostics_and_timelines_of_the_workers_end_in_the_run_folder(
         assert (bundle / "events.txt").exists()
     timelines = [json.loads(p.read_text()) for p in (parallel_run.run_dir / "timelines").glob("*.json")]
     assert any(t["title"] == "workers of a parallel run" for t in timelines)
-    assert _run_namespaces(local_cluster, parallel_run.summary["run_id"]) == []
+    assert run_namespaces(local_cluster.kubeconfig, parallel_run.summary["run_id"]) == []
     assert not (parallel_run.run_dir / ".turns").exists()
 
 
@@ -429,7 +397,7 @@ def test_sigterm_with_two_workers_running_leaves_no_namespace_process_or_lock(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["complete"] is False
     assert {t["outcome"] for t in summary["tests"]} == {"error"}
-    assert _run_namespaces(local_cluster, run_dir.name) == []
+    assert run_namespaces(local_cluster.kubeconfig, run_dir.name) == []
     for pid in workers + spawned:
         assert not Path(f"/proc/{pid}").exists(), f"process {pid} was left running"
     assert _lease(local_cluster) is None

@@ -10,14 +10,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, config
+from plugin_runs import plugin_command, run_namespaces
 
-from conformance.plugin import RUN_LABEL
 from conformance.providers.base import Cluster
 
 SUITE = """
@@ -63,19 +62,7 @@ def test_waits_forever(api, namespace):
 
 
 def _pytest(suite_dir: Path, run_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(suite_dir),
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--conformance-provider",
-        "local",
-        "--conformance-run-dir",
-        str(run_dir),
-    ]
+    return plugin_command(suite_dir, run_dir, "--conformance-provider", "local")
 
 
 def _write_suite(tmp_path: Path, text: str) -> Path:
@@ -98,15 +85,6 @@ def _run_suite(tmp_path: Path, text: str, run_dir: Path, *extra: str) -> tuple[A
     return done, summary, {t["id"].rsplit("::", 1)[-1]: t for t in summary["tests"]}
 
 
-def _run_namespaces(cluster: Cluster, run_id: str) -> list[str]:
-    core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
-    return [
-        ns.metadata.name
-        for ns in core.list_namespace(label_selector=f"{RUN_LABEL}={run_id}").items
-        if ns.status.phase != "Terminating"
-    ]
-
-
 def test_outcomes_metrics_and_diagnostics_are_recorded(local_cluster: Cluster, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done, summary, by_name = _run_suite(tmp_path, SUITE, run_dir, "--conformance-keep-failed")
@@ -126,7 +104,7 @@ def test_outcomes_metrics_and_diagnostics_are_recorded(local_cluster: Cluster, t
     assert operator_logs and operator_logs[0].stat().st_size > 0
     assert (next((run_dir / "diagnostics").glob("*test-errors*")) / "events.txt").exists()
     # --keep-failed: the namespaces of the failed and the errored check stay for inspection.
-    kept = _run_namespaces(local_cluster, run_dir.name)
+    kept = run_namespaces(local_cluster.kubeconfig, run_dir.name)
     assert sorted(name.rsplit("-", 1)[0] for name in kept) == ["krc-test-errors", "krc-test-fails"]
     core = client.CoreV1Api(config.new_client_from_config(str(local_cluster.kubeconfig)))
     assert core.read_namespaced_config_map("evidence", next(n for n in kept if "fails" in n))
@@ -156,7 +134,7 @@ def test_sigterm_mid_check_still_writes_an_incomplete_summary_and_cleans_up(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["complete"] is False
     assert summary["verdict"] == "incomplete"
-    assert _run_namespaces(local_cluster, run_dir.name) == []
+    assert run_namespaces(local_cluster.kubeconfig, run_dir.name) == []
     assert os.path.islink(run_dir.parent / "latest")
 
 
@@ -190,4 +168,4 @@ def test_the_hard_cap_per_check_turns_a_hang_into_an_error_with_diagnostics(
     assert by_name["test_after_it_still_runs"]["outcome"] == "passed"
     bundle = next((run_dir / "diagnostics").glob("*hangs-outside*"))
     assert (bundle / "events.txt").exists()
-    assert _run_namespaces(local_cluster, run_dir.name) == []
+    assert run_namespaces(local_cluster.kubeconfig, run_dir.name) == []

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from plugin_runs import plugin_command
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "reports" / "test-artifacts"  # screenshots; reports/ is git-ignored
@@ -132,26 +133,10 @@ def test_gets_fixed():
 
 
 def _pytest_command(suite: Path, run_dir: Path, kubeconfig: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(suite),
-        f"--rootdir={suite}",  # check ids are the same in every run, as they are in real runs
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--conformance-provider",
-        "existing",
-        "--conformance-kubeconfig",
-        str(kubeconfig),
-        "--conformance-run-dir",
-        str(run_dir),
-        "--junitxml",
-        str(run_dir / "junit.xml"),
-        "--alluredir",
-        str(run_dir / "allure-results"),
-    ]
+    # --rootdir: check ids are the same in every run, as they are in real runs
+    options = [f"--rootdir={suite}", "--conformance-provider", "existing"]
+    options += ["--conformance-kubeconfig", str(kubeconfig)]
+    return plugin_command(suite, run_dir, *options, result_files=True)
 
 
 class Runs:
