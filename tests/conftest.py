@@ -2,11 +2,13 @@
 
 The end-to-end tests share one local cluster for the session (it is built on first use
 and taken down at the end unless KRC_KEEP_CLUSTER=1); the test that checks `down`
-itself is moved to the very end.
+itself is moved to the very end. Since they end by taking the cluster down, they refuse to
+start while a conformance run holds the cluster's lock.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import uuid
 from collections.abc import Iterator
@@ -14,7 +16,9 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
+from conformance import cluster_lock
 from conformance.providers.base import Cluster
 from conformance.providers.local.provider import LocalProvider
 
@@ -39,7 +43,28 @@ def local_provider() -> Iterator[LocalProvider]:
 
 @pytest.fixture(scope="session")
 def local_cluster(local_provider: LocalProvider) -> Cluster:
-    return local_provider.up()
+    cluster = local_provider.up()
+    holder = _live_holder_of_the_cluster_lock(cluster.kubeconfig)
+    if holder:
+        pytest.exit(
+            f"{holder} holds the local cluster, and these tests end by taking it down: "
+            "wait until it ends (or stop it), then run the tests again",
+            returncode=2,
+        )
+    return cluster
+
+
+def _live_holder_of_the_cluster_lock(kubeconfig: Path) -> str:
+    """The conformance run that holds the cluster's lock and still renews it, described; '' if none."""
+    coordination = client.CoordinationV1Api(config.new_client_from_config(str(kubeconfig)))
+    try:
+        lease = coordination.read_namespaced_lease(cluster_lock.NAME, cluster_lock.NAMESPACE)
+    except ApiException as exc:
+        if exc.status == 404:
+            return ""
+        raise
+    holder = cluster_lock.holder_of(lease)
+    return "" if holder.stale(datetime.datetime.now(datetime.UTC)) else holder.describe()
 
 
 @pytest.fixture(scope="session")
