@@ -11,7 +11,7 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from conformance.errors import UsageError
+from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.target import KubeTarget, api_client
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
@@ -37,7 +37,9 @@ class ExistingProvider:
         try:
             info = client.VersionApi(api).get_code(_request_timeout=10)
         except Exception as exc:
-            raise UsageError(
+            # The kubeconfig is well formed; what it names is down or out of reach: the environment
+            # (exit 2), as a nightly job whose cluster is away must not read as its own mistake.
+            raise ProvisioningError(
                 f"the cluster in {self.kubeconfig} does not answer ({type(exc).__name__})",
                 "check that it is running and that the kubeconfig's server address is reachable",
             ) from exc
