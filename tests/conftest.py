@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -37,8 +38,13 @@ def local_provider() -> Iterator[LocalProvider]:
         pytest.fail("the end-to-end tests need root: they run a real cluster on this machine")
     provider = LocalProvider()
     yield provider
-    if os.environ.get("KRC_KEEP_CLUSTER") != "1":
-        provider.down()
+    if os.environ.get("KRC_KEEP_CLUSTER") == "1":
+        return
+    holder = _live_holder_if_up(provider)
+    if holder:  # the session was refused at its start (local_cluster), or a run began since
+        print(f"\nleft the local cluster up: {holder} holds it")
+        return
+    provider.down()
 
 
 @pytest.fixture(scope="session")
@@ -54,11 +60,23 @@ def local_cluster(local_provider: LocalProvider) -> Cluster:
     return cluster
 
 
+def _live_holder_if_up(provider: LocalProvider) -> str:
+    kubeconfig = provider.state.admin_kubeconfig
+    if not kubeconfig.exists():
+        return ""
+    try:
+        return _live_holder_of_the_cluster_lock(kubeconfig)
+    except (urllib3.exceptions.HTTPError, OSError):  # an API server that is gone runs nobody's run
+        return ""
+
+
 def _live_holder_of_the_cluster_lock(kubeconfig: Path) -> str:
     """The conformance run that holds the cluster's lock and still renews it, described; '' if none."""
     coordination = client.CoordinationV1Api(config.new_client_from_config(str(kubeconfig)))
     try:
-        lease = coordination.read_namespaced_lease(cluster_lock.NAME, cluster_lock.NAMESPACE)
+        lease = coordination.read_namespaced_lease(
+            cluster_lock.NAME, cluster_lock.NAMESPACE, _request_timeout=10
+        )
     except ApiException as exc:
         if exc.status == 404:
             return ""
