@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from .behind_the_back import drop_crd_fields, probe, raycluster_spec
 from .faults import Fault
-from .rogue import Rogue
+from .rogue import Rogue, before_checks
 
 GPU = "test_gpu.py::"
 
 
+@before_checks
 def stale_crd_without_group_resources(rogue: Rogue) -> None:
     """A RayCluster CRD that predates a worker group's `resources`: the API server drops the
     GPUs a group declares there, so Ray never hears of them and a double declaration passes."""

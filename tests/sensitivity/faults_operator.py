@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from .behind_the_back import drop_rbac
 from .faults import Fault
-from .rogue import Rogue
+from .rogue import Rogue, before_checks
 
 OPERATOR = "test_operator.py::"
 LEADER_ELECTION_ROLE = "kuberay-operator-leader-election"
+OPERATOR_CLUSTER_ROLE = "kuberay-operator"
 
 
+@before_checks
 def lease_update_forbidden(rogue: Rogue) -> None:
-    """The leader-election Role edited to lose `update` on leases: the running leader cannot renew,
-    and a replacement pod can never take over the lease, so nothing is reconciled."""
+    """The operator's Role and ClusterRole edited to lose `update` on leases (both grant it): the
+    running leader cannot renew, and a replacement pod can never take over the lease, so nothing is
+    reconciled."""
     drop_rbac(rogue, "Role", LEADER_ELECTION_ROLE, "leases", verb="update")
+    drop_rbac(rogue, "ClusterRole", OPERATOR_CLUSTER_ROLE, "leases", verb="update")
 
 
 FAULTS = [

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from .behind_the_back import drop_rbac
 from .faults import Fault
-from .rogue import Rogue
+from .rogue import Rogue, before_checks
 
 RAYSERVICE = "test_rayservice.py::"
 OPERATOR_CLUSTER_ROLE = "kuberay-operator"
 
 
+@before_checks
 def clusterrole_without_rayservice_status(rogue: Rogue) -> None:
     """The operator's ClusterRole edited to lose rayservices/status: it reconciles, but can never
     say so, so no RayService is ever reported Ready."""

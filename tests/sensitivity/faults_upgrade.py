@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from .behind_the_back import drop_crd_fields, probe, raycluster_spec
 from .faults import Fault
-from .rogue import Rogue
+from .rogue import Rogue, before_checks
 
 UPGRADE = "test_upgrade.py::"
 
 
+@before_checks
 def stale_crd_without_deletion_delay(rogue: Rogue) -> None:
     """A RayService CRD that predates rayClusterDeletionDelaySeconds: the API server drops it, and
     KubeRay deletes an upgraded-away cluster after its default 60 s instead of the 10 s asked."""

@@ -1,8 +1,11 @@
 """A pytest plugin loaded into a conformance run (PYTEST_PLUGINS) that acts behind the operator's back.
 
-The run prepares first (cluster, operator, images); then this plugin starts the function named
-by KRC_SENSITIVITY_ROGUE ("module:function") in a thread of the run's process. The function gets
-a `Rogue` and acts on the run's objects until `rogue.stopped`. Every action it takes is written to
+The run prepares first (cluster, operator, images); then this plugin runs the function named by
+KRC_SENSITIVITY_ROGUE ("module:function"). The function gets a `Rogue`. One marked
+`@before_checks` (a CRD or a Role changed in one go) is run to its end before the first check
+starts: in a thread, a check that makes its object at once would win the race and see the healthy
+schema. Any other is started in a thread of the run's process and acts on the run's objects until
+`rogue.stopped`. Every action it takes is written to
 KRC_SENSITIVITY_ROGUE_LOG, one line each, so the sensitivity test can tell that the fault was
 really seeded; an exception in it is written there too (a seed that broke proves nothing).
 """
@@ -25,6 +28,13 @@ from conformance.plugin import RUN_KEY, RUN_LABEL
 ROGUE_ENV = "KRC_SENSITIVITY_ROGUE"
 LOG_ENV = "KRC_SENSITIVITY_ROGUE_LOG"
 FAILED_MARK = "rogue-failed"
+_BEFORE_CHECKS = "_krc_before_checks"
+
+
+def before_checks(act: Callable[[Rogue], None]) -> Callable[[Rogue], None]:
+    """Mark a seed that is done in one go: the run's checks start once it has returned."""
+    setattr(act, _BEFORE_CHECKS, True)
+    return act
 
 
 class Rogue:
@@ -98,7 +108,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     rogue = Rogue(
         run.environment.api, run.options.run_id, run.environment.operator_namespace, Path(os.environ[LOG_ENV])
     )
-    threading.Thread(target=_guarded, args=(_resolve(target), rogue), daemon=True, name="rogue").start()
+    act = _resolve(target)
+    if getattr(act, _BEFORE_CHECKS, False):
+        _guarded(act, rogue)
+    else:
+        threading.Thread(target=_guarded, args=(act, rogue), daemon=True, name="rogue").start()
     session.config.stash[_ROGUE_KEY] = rogue
 
 
