@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from conformance.kube.sampling import own_client
 from conformance.plugin import RUN_KEY, RUN_LABEL
 
 ROGUE_ENV = "KRC_SENSITIVITY_ROGUE"
@@ -105,9 +106,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     target = os.environ.get(ROGUE_ENV, "")
     if run is None or not target or run.environment.api is None:
         return
-    rogue = Rogue(
-        run.environment.api, run.options.run_id, run.environment.operator_namespace, Path(os.environ[LOG_ENV])
-    )
+    # A client of its own: an exec on the checks' client swaps its requests for websocket ones.
+    api = own_client(run.environment.api)
+    rogue = Rogue(api, run.options.run_id, run.environment.operator_namespace, Path(os.environ[LOG_ENV]))
     act = _resolve(target)
     if getattr(act, _BEFORE_CHECKS, False):
         _guarded(act, rogue)
