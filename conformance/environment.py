@@ -6,6 +6,7 @@ capabilities detected. Any failure here is the environment's, and is reported as
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -364,11 +365,23 @@ class Environment:
         return gateway_charts.uninstall(self.api, self.gateway, self.options.timeouts.cleanup)
 
 
+# A Kubernetes label value: the run id labels every namespace of the run.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+
+
 def check_run_dir(run_dir: Path) -> None:
-    """Refuse a run folder that cannot be written, before anything is provisioned; creates nothing.
+    """Refuse a run folder that cannot be written, or whose name (the run id) cannot label the run's
+    namespaces, before anything is provisioned; creates nothing.
 
     The nearest existing folder on the way must take a file (tried with a temporary one, since
     root passes every permission check but not a read-only mount or a file in the path)."""
+    if not _LABEL_VALUE.fullmatch(run_dir.name):
+        raise UsageError(
+            f"run directory name {run_dir.name!r} is the run id, which labels the run's namespaces, and "
+            "a label value is at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
+            "letter or digit",
+            "pass --run-dir with a shorter or plainer folder name",
+        )
     existing = run_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -84,7 +84,8 @@ def seeded_profile(fault: Fault, where: Path) -> Path:
 def run(fault: Fault, where: Path) -> Observed:
     profile = seeded_profile(fault, where)
     # Kept with the other runs (reports/ is not committed), so a recorded run id can be opened.
-    run_dir = RUNS / f"{fault.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    # Its name is the run id, which labels namespaces: at most 63 characters.
+    run_dir = RUNS / f"{fault.name[:45]}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     rogue_log = where / "rogue.log"
     env = dict(os.environ)
     if fault.rogue:

@@ -46,9 +46,13 @@ def trap(tmp_path: Path) -> Iterator[Path]:
 
 
 def _run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _run_in(workdir, workdir / "run", *args)
+
+
+def _run_in(workdir: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     program = Path(sys.executable).with_name("kuberay-conformance")
     return subprocess.run(
-        [str(program), "run", "--run-dir", str(workdir / "run"), *args],
+        [str(program), "run", "--run-dir", str(run_dir), *args],
         capture_output=True, text=True, check=False, cwd=workdir, timeout=120,
     )  # fmt: skip
 
@@ -113,12 +117,15 @@ def test_a_context_that_does_not_exist(trap: Path, workdir: Path) -> None:
 def test_a_run_directory_that_cannot_be_written(tmp_path: Path, workdir: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    program = Path(sys.executable).with_name("kuberay-conformance")
-    done = subprocess.run(
-        [str(program), "run", "--run-dir", str(blocker / "run")],
-        capture_output=True, text=True, check=False, cwd=workdir,
-    )  # fmt: skip
+    done = _run_in(workdir, blocker / "run")
     line = _refused(done, workdir, f"run directory {blocker / 'run'} cannot be written", "--run-dir")
+    assert len(line.splitlines()) == 1
+
+
+def test_a_run_directory_name_that_cannot_label_the_runs_namespaces(tmp_path: Path, workdir: Path) -> None:
+    name = "finished-job-cluster-deleted-whatever-the-policy-20261202T045204Z"  # 65 characters
+    done = _run_in(workdir, workdir / name)
+    line = _refused(done, workdir, f"run directory name {name!r} is the run id", "shorter or plainer")
     assert len(line.splitlines()) == 1
 
 
