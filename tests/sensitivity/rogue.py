@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from conformance.kube.sampling import own_client
 from conformance.plugin import RUN_KEY, RUN_LABEL
@@ -66,16 +67,31 @@ class Rogue:
     def in_run(self, obj: Any) -> bool:
         """Whether an object lives in one of this run's namespaces."""
         namespace = obj["metadata"]["namespace"] if isinstance(obj, dict) else obj.metadata.namespace
-        labels = self.core.read_namespace(namespace).metadata.labels or {}
+        try:
+            labels = self.core.read_namespace(namespace).metadata.labels or {}
+        except ApiException as exc:
+            if exc.status == 404:  # a namespace gone since the event: no longer the run's concern
+                return False
+            raise
         return labels.get(RUN_LABEL) == self.run_id
 
     def events(self, list_fn: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
-        """Watch events of `list_fn` (a cluster-wide list call) until stopped, re-opened as they end."""
+        """Watch events of `list_fn` (a cluster-wide list call) until stopped, re-opened as they end.
+
+        Each re-open resumes where the last left off: a fresh one would replay every object as
+        ADDED (seen: a second Ingress create, 409). After 410 Gone it starts over, replaying."""
+        watcher = watch.Watch()
         while not self.stopped:
-            for event in watch.Watch().stream(list_fn, timeout_seconds=5, **kwargs):
-                yield event
-                if self.stopped:
-                    return
+            since = {"resource_version": watcher.resource_version} if watcher.resource_version else {}
+            try:
+                for event in watcher.stream(list_fn, timeout_seconds=5, **since, **kwargs):
+                    yield event
+                    if self.stopped:
+                        return
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+                watcher = watch.Watch()
 
     def ray_objects(self, plural: str) -> Iterator[dict[str, Any]]:
         """ADDED/MODIFIED events of Ray custom objects in the run's namespaces."""
