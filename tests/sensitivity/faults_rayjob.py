@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kubernetes.client.exceptions import ApiException
+
 from .faults import Fault
 from .rogue import Rogue
 
@@ -20,7 +22,12 @@ def delete_finished_jobs_clusters(rogue: Rogue) -> None:
         if status.get("jobDeploymentStatus") not in ("Complete", "Failed") or not cluster or key in deleted:
             continue
         deleted.add(key)
-        rogue.custom.delete_namespaced_custom_object("ray.io", "v1", key[0], "rayclusters", cluster)
+        try:
+            rogue.custom.delete_namespaced_custom_object("ray.io", "v1", key[0], "rayclusters", cluster)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            continue  # KubeRay deleted it first (a DeleteCluster rule at once): nothing to seed
         rogue.acted(f"deleted RayCluster {key[0]}/{cluster} of finished RayJob {job['metadata']['name']}")
 
 
