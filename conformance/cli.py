@@ -223,7 +223,12 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
 )
 @click.option("--keep-failed", is_flag=True, help="Keep the namespaces of failed checks for inspection.")
 @click.option("--keep-cluster", is_flag=True, help="Leave the cluster running after the run.")
-@click.option("--run-dir", default=None, help="Where results go (default: reports/<run-id>).")
+@click.option(
+    "--run-dir",
+    default=None,
+    help="Where results go (default: reports/<run-id>); its name is the run id, which labels the "
+    "run's namespaces (at most 63 letters, digits, '-', '_', '.').",
+)
 @click.option(
     "--kuberay-source",
     default=None,
