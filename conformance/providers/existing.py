@@ -72,7 +72,7 @@ class ExistingProvider:
     def status(self) -> ProviderStatus:
         try:
             version = self._check_reachable()
-        except UsageError as exc:
+        except (UsageError, ProvisioningError) as exc:  # no such kubeconfig or context, or no answer
             return ProviderStatus(self.name, exists=False, summary=exc.one_line())
         return ProviderStatus(
             self.name, exists=True, components=(ComponentStatus("api-server", True, f"answers, {version}"),)
