@@ -78,6 +78,25 @@ def holder_of(lease: client.V1Lease) -> Holder:
     )
 
 
+def current_lease(coordination: client.CoordinationV1Api, timeout_s: float = 10) -> client.V1Lease | None:
+    """The run Lease as it is now, or None when no run holds the cluster."""
+    try:
+        return coordination.read_namespaced_lease(NAME, NAMESPACE, _request_timeout=timeout_s)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def live_holder(api: client.ApiClient) -> Holder | None:
+    """The run that holds the cluster's lock and still renews it; None when it is free or stale."""
+    lease = current_lease(client.CoordinationV1Api(api))
+    if lease is None:
+        return None
+    holder = holder_of(lease)
+    return None if holder.stale(_utcnow()) else holder
+
+
 class ClusterLock:
     """The Lease of one run: `acquire`, then renewed in the background until `release`."""
 
@@ -117,12 +136,9 @@ class ClusterLock:
         else:
             self._resource_version = made.metadata.resource_version
             return True
-        try:
-            lease = self.coordination.read_namespaced_lease(NAME, NAMESPACE)
-        except ApiException as exc:
-            if exc.status == 404:  # released between our create and read: try again
-                return False
-            raise
+        lease = current_lease(self.coordination)
+        if lease is None:  # released between our create and read: try again
+            return False
         holder = holder_of(lease)
         if holder.run_id == self.run_id:
             self._resource_version = lease.metadata.resource_version

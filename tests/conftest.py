@@ -8,7 +8,6 @@ start while a conformance run holds the cluster's lock.
 
 from __future__ import annotations
 
-import datetime
 import os
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from conformance import cluster_lock
 from conformance.providers.base import Cluster
@@ -72,17 +70,8 @@ def _live_holder_if_up(provider: LocalProvider) -> str:
 
 def _live_holder_of_the_cluster_lock(kubeconfig: Path) -> str:
     """The conformance run that holds the cluster's lock and still renews it, described; '' if none."""
-    coordination = client.CoordinationV1Api(config.new_client_from_config(str(kubeconfig)))
-    try:
-        lease = coordination.read_namespaced_lease(
-            cluster_lock.NAME, cluster_lock.NAMESPACE, _request_timeout=10
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return ""
-        raise
-    holder = cluster_lock.holder_of(lease)
-    return "" if holder.stale(datetime.datetime.now(datetime.UTC)) else holder.describe()
+    holder = cluster_lock.live_holder(config.new_client_from_config(str(kubeconfig)))
+    return holder.describe() if holder else ""
 
 
 @pytest.fixture(scope="session")

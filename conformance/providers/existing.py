@@ -11,7 +11,7 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from conformance.errors import ProvisioningError, UsageError
+from conformance.errors import HarnessError, ProvisioningError, UsageError
 from conformance.kube.target import KubeTarget, api_client
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
@@ -72,7 +72,7 @@ class ExistingProvider:
     def status(self) -> ProviderStatus:
         try:
             version = self._check_reachable()
-        except (UsageError, ProvisioningError) as exc:  # no such kubeconfig or context, or no answer
+        except HarnessError as exc:  # no such kubeconfig or context (usage), or no answer (provisioning)
             return ProviderStatus(self.name, exists=False, summary=exc.one_line())
         return ProviderStatus(
             self.name, exists=True, components=(ComponentStatus("api-server", True, f"answers, {version}"),)

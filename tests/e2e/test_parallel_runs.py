@@ -233,12 +233,7 @@ def _delete_lease(coordination: client.CoordinationV1Api) -> None:
 
 
 def _lease(cluster: Cluster) -> client.V1Lease | None:
-    try:
-        return _coordination(cluster).read_namespaced_lease(cluster_lock.NAME, cluster_lock.NAMESPACE)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    return cluster_lock.current_lease(_coordination(cluster))
 
 
 # -- one parallel run, looked at from several sides ---------------------------------------
