@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from conformance.capabilities import Capabilities
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.scaling import ScaleWatcher, partial_replica_streak
@@ -261,11 +262,16 @@ def test_request_resources_and_placement_groups_drive_scale_up_and_hold_workers(
 
 
 def test_multi_host_group_scales_by_whole_replicas(
-    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts, timeline: Recorder
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    timeline: Recorder,
+    capabilities: Capabilities,
 ) -> None:
     """Catches: a multi-host replica brought or removed one host at a time (a partial replica
-    lasting more than one sample), hosts of one replica labelled as different replicas, more
-    pods than maxReplicas x numOfHosts."""
+    lasting more than one sample), hosts of one replica labelled as different replicas (with the
+    RayMultiHostIndexing gate on, which labels them), more pods than maxReplicas x numOfHosts."""
     group = _group("pair", high=1, num_of_hosts=2)
     autoscaling_cluster(ray, cluster_values, "hosts", [group], idle_timeout_s=IDLE_S)
     ready(ray, "hosts", timeouts)
@@ -282,8 +288,9 @@ def test_multi_host_group_scales_by_whole_replicas(
         scaled_down(watch, _no_pods("pair"), "scale-down removes the whole replica",
                     "the replica's pods to be removed", idle, scale_down_window(profile, IDLE_S))  # fmt: skip
     watch.assert_evidence()
-    assert None not in replica_labels, "a host pod has no ray.io/worker-group-replica-name label"
-    assert len(replica_labels) == 1, f"the two hosts belong to replicas {replica_labels}"
+    if capabilities.feature_gates.get("RayMultiHostIndexing"):  # the gate that labels replicas
+        assert None not in replica_labels, "a host pod has no ray.io/worker-group-replica-name label"
+        assert len(replica_labels) == 1, f"the two hosts belong to replicas {replica_labels}"
     assert watch.max_pods("pair") <= 2, f"up to {watch.max_pods('pair')} pods for maxReplicas 1 x 2 hosts"
     streak = partial_replica_streak(watch.samples, "pair", 2)
     assert streak <= 1, f"a partial replica (an odd pod count) lasted {streak} samples"

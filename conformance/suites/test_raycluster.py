@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from conformance.capabilities import Capabilities
 from conformance.kube.manifests import render
@@ -167,13 +168,34 @@ def test_head_service_is_headless_with_documented_ports(
 def test_workers_reach_the_head_through_cluster_dns(
     head_and_workers: Shared[dict[str, float]], shared: Ray
 ) -> None:
-    """Catches: a head Service name that does not lead a worker to the head pod's GCS port."""
+    """Catches: a head address KubeRay gives workers (FQ_RAY_IP) that is not the head Service's
+    cluster DNS name, or that does not lead a worker to the head pod's GCS port."""
     head_and_workers.get()
     worker = shared.pods("hw", "worker")[0]
-    fqdn = f"hw-head-svc.{shared.namespace}.svc.cluster.local"
-    out = shared.exec(worker, ["python", "-c", CONNECT, fqdn, "6379"])
+    address = _env_value(worker, "FQ_RAY_IP")
+    service = shared.core.read_namespaced_service("hw-head-svc", shared.namespace)
+    assert address is not None, f"KubeRay gave worker {worker.metadata.name} no FQ_RAY_IP"
+    expected = f"hw-head-svc.{shared.namespace}.svc."
+    assert address.startswith(expected), f"workers are told the head is {address}, not {expected}<domain>"
+    out = shared.exec(worker, ["python", "-c", CONNECT, address, "6379"])
     head_ip = shared.head_pod("hw").status.pod_ip
-    assert f"connected {head_ip}" in out, f"from worker {worker.metadata.name} to {fqdn}:6379: {out.strip()}"
+    # Headless (the default), the name is the head pod's address; with a cluster IP (an exposing
+    # profile, ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE) it is the Service's, whose selector the
+    # headless-Service check holds to the head pod.
+    cluster_ip = service.spec.cluster_ip
+    peers = {head_ip} | ({cluster_ip} if cluster_ip not in (None, "None") else set())
+    assert any(f"connected {ip}" in out for ip in peers), (
+        f"from worker {worker.metadata.name} to {address}:6379 (head {sorted(peers)}): {out.strip()}"
+    )
+
+
+def _env_value(pod: client.V1Pod, name: str) -> str | None:
+    """`name`'s value in the pod's first container that sets it."""
+    for container in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+        for env in container.env or []:
+            if env.name == name:
+                return env.value
+    return None
 
 
 def test_a_task_submitted_through_the_head_runs_on_a_worker(
@@ -361,7 +383,12 @@ def _pods_gone(ray: Ray, cluster: str, behaviour_name: str, timeouts: Timeouts) 
 
 
 def _claim_kept(ray: Ray, claim: str) -> None:
-    pvc = ray.core.read_namespaced_persistent_volume_claim(claim, ray.namespace)
+    try:
+        pvc = ray.core.read_namespaced_persistent_volume_claim(claim, ray.namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise AssertionError(f"claim {claim} was deleted with the cluster") from exc
+        raise
     assert pvc.metadata.deletion_timestamp is None, f"claim {claim} is being deleted with the cluster"
     assert pvc.status.phase == "Bound", f"claim {claim} is {pvc.status.phase}"
 
