@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from kubernetes.client.exceptions import ApiException
+
 from .faults import Fault
 from .rogue import Rogue
 
 RECOVERY = "test_fault_recovery.py::"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberay-operator"
+# KubeRay's own annotation (utils.DisableProvisionedHeadRestartAnnotationKey, v1.6+): it puts it on
+# the clusters of SidecarMode RayJobs, and then never recreates a lost head once provisioned.
+NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
 
 
 def stop_operator_once_a_cluster_is_ready(rogue: Rogue) -> None:
@@ -13,15 +19,67 @@ def stop_operator_once_a_cluster_is_ready(rogue: Rogue) -> None:
     for cluster in rogue.ray_objects("rayclusters"):
         status = cluster.get("status", {})
         if status.get("state") == "ready" and status.get("readyWorkerReplicas", 0) >= 1:
-            apps = rogue.apps()
-            (deployment,) = apps.list_namespaced_deployment(
-                rogue.operator_namespace, label_selector="app.kubernetes.io/name=kuberay-operator"
-            ).items
-            apps.patch_namespaced_deployment_scale(
-                deployment.metadata.name, rogue.operator_namespace, {"spec": {"replicas": 0}}
-            )
+            _scale_operator(rogue, 0)
             rogue.acted(f"scaled the operator to 0 once {cluster['metadata']['name']} was ready")
             return
+
+
+def _scale_operator(rogue: Rogue, replicas: int) -> int:
+    """Set the operator Deployment's replicas; returns what they were."""
+    apps = rogue.apps()
+    (deployment,) = apps.list_namespaced_deployment(
+        rogue.operator_namespace, label_selector=OPERATOR_SELECTOR
+    ).items
+    name, before = deployment.metadata.name, deployment.spec.replicas or 0
+    apps.patch_namespaced_deployment_scale(name, rogue.operator_namespace, {"spec": {"replicas": replicas}})
+    return before
+
+
+def stop_operator_while_a_rayjob_runs(rogue: Rogue) -> None:
+    """An operator that stops reconciling once a RayJob of the run is Running, until that RayJob is
+    deleted (its finalizer needs the operator, so the namespace can go). Each check's RayJob is
+    then left to Ray alone: a lost worker or head is never replaced, and the RayJob's status never
+    moves on. The operator is given back when the RayJob goes, and when the run ends."""
+    paused: dict[tuple[str, str], int] = {}  # RayJob -> the operator's replicas before the pause
+    seen: set[tuple[str, str]] = set()
+    try:
+        for job in rogue.ray_objects("rayjobs"):
+            meta = job["metadata"]
+            key, deleting = (meta["namespace"], meta["name"]), bool(meta.get("deletionTimestamp"))
+            if key in paused and deleting:
+                _scale_operator(rogue, paused.pop(key))
+                rogue.acted(f"gave the operator back as RayJob {key[0]}/{key[1]} is deleted")
+            elif (
+                key not in seen
+                and not deleting
+                and job.get("status", {}).get("jobDeploymentStatus") == "Running"
+            ):
+                seen.add(key)
+                paused[key] = _scale_operator(rogue, 0)
+                rogue.acted(f"scaled the operator to 0 once RayJob {key[0]}/{key[1]} was Running")
+    finally:
+        if paused:  # the run ended first: the healthy restore would put it back too
+            _scale_operator(rogue, max(paused.values()))
+
+
+def head_restart_disabled(rogue: Rogue) -> None:
+    """Every RayCluster of the run gets KubeRay's own disable-provisioned-head-restart annotation as
+    soon as it appears: KubeRay then recreates no head lost after provisioning (#1141), while lost
+    workers are still replaced."""
+    for cluster in rogue.ray_objects("rayclusters"):
+        meta = cluster["metadata"]
+        if (meta.get("annotations") or {}).get(NO_HEAD_RESTART) == "true" or meta.get("deletionTimestamp"):
+            continue
+        patch = {"metadata": {"annotations": {NO_HEAD_RESTART: "true"}}}
+        try:
+            rogue.custom.patch_namespaced_custom_object(
+                "ray.io", "v1", meta["namespace"], "rayclusters", meta["name"], patch
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # gone with its namespace: nothing to seed
+                raise
+            continue
+        rogue.acted(f"annotated RayCluster {meta['namespace']}/{meta['name']} {NO_HEAD_RESTART}=true")
 
 
 FAULTS = [
@@ -42,5 +100,37 @@ FAULTS = [
         catches=(RECOVERY + "test_deleted_worker_is_replaced_and_rejoins_ray",),
         run_args=("--timeout", "ready=120"),
         evidence="replaced by a Ready one",
+    ),
+    Fault(
+        name="head-never-recreated-once-provisioned",
+        area="fault-recovery",
+        misbehaviour="a head pod lost after the cluster was provisioned is never recreated (#1141), "
+        "with or without GCS fault tolerance",
+        rogue=head_restart_disabled,
+        catches=(
+            RECOVERY + "test_deleted_head_is_replaced_and_workers_rejoin",
+            RECOVERY + "test_gcs_ft_detached_actor_and_serve_app_survive_head_loss",
+        ),
+        run_args=("--timeout", "ready=90"),  # a new head is Ready within about 30 s here
+        evidence=("replaced by a Ready one", "new head"),
+    ),
+    Fault(
+        name="operator-stops-while-a-rayjob-runs",
+        area="fault-recovery",
+        misbehaviour="the operator stops reconciling while a RayJob runs: a lost worker or head is never "
+        "replaced and the RayJob stays Running for ever (#3903)",
+        rogue=stop_operator_while_a_rayjob_runs,
+        catches=(
+            RECOVERY + "test_running_job_with_task_retries_completes_despite_a_lost_worker",
+            RECOVERY + "test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status",
+            # The successor of a killed operator is stopped too, once the RayJob runs under it.
+            RECOVERY + "test_operator_killed_while_reconciling_resumes_without_duplicates",
+        ),
+        run_args=("--timeout", "ready=120"),  # healthy: a successor finished 46-130 s after the kill
+        evidence=(
+            "completes after losing its worker",
+            "never stuck non-terminal",
+            "new operator leader finishes",
+        ),
     ),
 ]

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kubernetes.client.exceptions import ApiException
 
+from .behind_the_back import drop_crd_fields, drop_rbac, probe, raycluster_spec
 from .faults import Fault
-from .rogue import Rogue
+from .rogue import Rogue, before_checks, side_by_side
 
 BASIC = "test_rayjob.py::"
 LIFECYCLE = "test_rayjob_lifecycle.py::"
 TTL = LIFECYCLE + "test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_keeps_the_submitter"
+HAPPY = LIFECYCLE + "test_job_moves_initializing_running_complete"
+INVALID = LIFECYCLE + "test_invalid_spec_ends_in_validation_failed_with_a_message"
+INVALID_CASES = (
+    "rules_with_shutdown",
+    "ttls_out_of_order",
+    "delete_workers_with_autoscaling",
+    "delete_cluster_with_cluster_selector",
+    "ttl_without_shutdown",
+)
+STOP_JOB_FINALIZER = "ray.io/rayjob-finalizer"  # utils.RayJobStopJobFinalizer
+OPERATOR_CLUSTER_ROLE = "kuberay-operator"
 
 
 def delete_finished_jobs_clusters(rogue: Rogue) -> None:
@@ -29,6 +44,120 @@ def delete_finished_jobs_clusters(rogue: Rogue) -> None:
                 raise
             continue  # KubeRay deleted it first (a DeleteCluster rule at once): nothing to seed
         rogue.acted(f"deleted RayCluster {key[0]}/{cluster} of finished RayJob {job['metadata']['name']}")
+
+
+def _job_spec(**fields: Any) -> dict[str, Any]:
+    """A RayJob spec the CRD accepts, with `fields` on top (a probe for a stale CRD)."""
+    return {"entrypoint": "python -c pass", "rayClusterSpec": raycluster_spec(), **fields}
+
+
+@before_checks
+def stale_crd_without_validated_fields(rogue: Rogue) -> None:
+    """A RayJob CRD that predates deletionStrategy, ttlSecondsAfterFinished, submitterPodTemplate and
+    suspend (Helm never upgrades CRDs): the API server drops them, so KubeRay runs an invalid RayJob
+    as a valid one, runs its own submitter instead of the one asked for, and never hears of suspend."""
+    rule = {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 0}}
+    submitter = {"spec": {"containers": [{"name": "ray-job-submitter", "image": "probe"}]}}
+    spec = _job_spec(
+        deletionStrategy={"deletionRules": [rule]},
+        ttlSecondsAfterFinished=5,
+        submitterPodTemplate=submitter,
+        suspend=True,
+    )
+    paths = [["deletionStrategy"], ["ttlSecondsAfterFinished"], ["submitterPodTemplate"], ["suspend"]]
+    drop_crd_fields(rogue, "rayjobs", paths, probe("RayJob", spec))
+
+
+@before_checks
+def stale_crd_without_deadlines_and_retries(rogue: Rogue) -> None:
+    """A RayJob CRD that predates activeDeadlineSeconds, preRunningDeadlineSeconds and backoffLimit:
+    the API server drops them, so no deadline ever ends a RayJob and a failed one is never retried."""
+    spec = _job_spec(activeDeadlineSeconds=40, preRunningDeadlineSeconds=20, backoffLimit=2)
+    paths = [["activeDeadlineSeconds"], ["preRunningDeadlineSeconds"], ["backoffLimit"]]
+    drop_crd_fields(rogue, "rayjobs", paths, probe("RayJob", spec))
+
+
+@before_checks
+def clusterrole_without_services_proxy(rogue: Rogue) -> None:
+    """The operator's ClusterRole edited to lose services/proxy while it reaches Ray heads through the
+    API server's proxy (--use-kubernetes-proxy): every job-status request is refused, although the
+    submitter, which calls the head directly, runs the job."""
+    drop_rbac(rogue, "ClusterRole", OPERATOR_CLUSTER_ROLE, "services/proxy")
+
+
+def _ignoring_gone(call: Callable[..., Any], *args: Any) -> bool:
+    """`call(*args)`; False when its object is gone (404) or changed meanwhile (409: the next event
+    brings it again)."""
+    try:
+        call(*args)
+    except ApiException as exc:
+        if exc.status not in (404, 409):
+            raise
+        return False
+    return True
+
+
+def _strip_stop_job_finalizer(rogue: Rogue, job: dict[str, Any]) -> None:
+    """Once KubeRay has put its stop-job finalizer on a RayJob and moved on, take it off again."""
+    meta = job["metadata"]
+    finalizers = meta.get("finalizers") or []
+    started = job.get("status", {}).get("jobDeploymentStatus") not in (None, "", "New")
+    if STOP_JOB_FINALIZER not in finalizers or not started or meta.get("deletionTimestamp"):
+        return
+    kept = [f for f in finalizers if f != STOP_JOB_FINALIZER]
+    body = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
+    patch = rogue.custom.patch_namespaced_custom_object
+    if _ignoring_gone(patch, "ray.io", "v1", meta["namespace"], "rayjobs", meta["name"], body):
+        rogue.acted(f"removed {STOP_JOB_FINALIZER} from RayJob {meta['namespace']}/{meta['name']}")
+
+
+def _delete_borrowed_cluster(rogue: Rogue, job: dict[str, Any], done: set[tuple[str, str]]) -> None:
+    """A clusterSelector RayJob on its way out takes the cluster it only borrowed with it."""
+    name = (job.get("spec", {}).get("clusterSelector") or {}).get("ray.io/cluster")
+    key = (job["metadata"]["namespace"], name or "")
+    if not name or key in done:
+        return
+    done.add(key)
+    delete = rogue.custom.delete_namespaced_custom_object
+    if _ignoring_gone(delete, "ray.io", "v1", key[0], "rayclusters", name):
+        rogue.acted(f"deleted RayCluster {key[0]}/{name}, only selected by RayJob {job['metadata']['name']}")
+
+
+def _orphan_job_clusters(rogue: Rogue) -> None:
+    """Take the owner reference off every RayCluster a RayJob made, as soon as it appears."""
+    patch = rogue.custom.patch_namespaced_custom_object
+    for cluster in rogue.ray_objects("rayclusters"):
+        meta = cluster["metadata"]
+        if not any(ref.get("kind") == "RayJob" for ref in meta.get("ownerReferences") or []):
+            continue
+        body = {"metadata": {"ownerReferences": None}}
+        if _ignoring_gone(patch, "ray.io", "v1", meta["namespace"], "rayclusters", meta["name"], body):
+            rogue.acted(
+                f"removed the RayJob owner reference of RayCluster {meta['namespace']}/{meta['name']}"
+            )
+
+
+def mishandle_rayjob_deletion(rogue: Rogue) -> None:
+    """A RayJob's deletion done wrong three ways: KubeRay drops its stop-job finalizer once the job
+    starts (a deleted RayJob's Ray job is never stopped), makes its RayCluster without an owner
+    reference (the cluster outlives the RayJob), and deletes the cluster a clusterSelector RayJob
+    only selected when that RayJob goes."""
+    side_by_side(rogue, _orphan_job_clusters, _mishandle_rayjobs)
+
+
+def _mishandle_rayjobs(rogue: Rogue) -> None:
+    def list_rayjobs(**kwargs: Any) -> Any:
+        return rogue.custom.list_cluster_custom_object("ray.io", "v1", "rayjobs", **kwargs)
+
+    borrowed: set[tuple[str, str]] = set()
+    for event in rogue.events(list_rayjobs):
+        job = event["object"]
+        if not rogue.in_run(job):
+            continue
+        if event["type"] == "DELETED" or job["metadata"].get("deletionTimestamp"):
+            _delete_borrowed_cluster(rogue, job, borrowed)
+        elif event["type"] in ("ADDED", "MODIFIED"):
+            _strip_stop_job_finalizer(rogue, job)
 
 
 FAULTS = [
@@ -82,5 +211,88 @@ FAULTS = [
         bystanders=(LIFECYCLE + "test_failing_entrypoint_ends_failed_with_app_failed",),
         expect="not_applicable",
         evidence="RayJobDeletionPolicy is off",
+    ),
+    Fault(
+        name="heads-addressed-under-a-wrong-cluster-domain",
+        area="rayjob",
+        misbehaviour="KubeRay addresses every Ray head's dashboard under a cluster domain that does not "
+        "resolve: the submitter cannot submit, the operator never learns how a job went",
+        env={"CLUSTER_DOMAIN": "cluster.invalid"},
+        catches=(
+            BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",
+            BASIC + "test_job_logs_are_readable_from_the_submitter",
+            HAPPY + "[HTTPMode]",
+            HAPPY + "[SidecarMode]",
+        ),
+        bystanders=(INVALID + "[ttl_without_shutdown]",),
+        # A K8sJobMode submitter fails three times (10 s and 20 s apart) before the RayJob is Failed.
+        run_args=("--timeout", "ready=120"),
+        evidence=("SubmissionFailed", "the submitter's log", "last seen: Running", "GracePeriodExceeded"),
+    ),
+    Fault(
+        name="operator-cannot-read-ray-job-status",
+        area="rayjob",
+        misbehaviour="the operator's job-status requests are refused (API server proxy without RBAC): a "
+        "job that ran is reported Failed for a grace period, not Complete or AppFailed",
+        extra_args=("--use-kubernetes-proxy",),
+        rogue=clusterrole_without_services_proxy,
+        catches=(
+            BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",
+            LIFECYCLE + "test_failing_entrypoint_ends_failed_with_app_failed",
+        ),
+        bystanders=(BASIC + "test_job_logs_are_readable_from_the_submitter",),  # the job itself ran
+        evidence="GracePeriodExceeded",
+    ),
+    Fault(
+        name="rayjob-crd-predates-validated-fields",
+        area="rayjob",
+        misbehaviour="an invalid RayJob runs as a valid one, a failing submitterPodTemplate is replaced by "
+        "the default submitter, and suspend does nothing (a stale CRD drops those fields)",
+        rogue=stale_crd_without_validated_fields,
+        catches=(
+            *(f"{INVALID}[{case}]" for case in INVALID_CASES),
+            LIFECYCLE + "test_failing_submitter_ends_failed_with_submission_failed",
+            LIFECYCLE + "test_suspend_deletes_cluster_and_submitter_and_resume_completes",
+        ),
+        bystanders=(LIFECYCLE + "test_failing_entrypoint_ends_failed_with_app_failed",),
+        # apply=10: an invalid RayJob's wait for ValidationFailed ends before the job could complete
+        # (about 25 s), so each reads "timed out", never a race with Complete.
+        run_args=("--timeout", "apply=10", "--timeout", "cleanup=60"),
+        evidence=(
+            *("RayJob invalid to finish" for _ in INVALID_CASES),
+            "'jobDeploymentStatus': 'Complete'",
+            "to be suspended",
+        ),
+    ),
+    Fault(
+        name="rayjob-crd-predates-deadlines-and-retries",
+        area="rayjob",
+        misbehaviour="no deadline ever ends a RayJob and a failed one is never retried (a stale CRD drops "
+        "activeDeadlineSeconds, preRunningDeadlineSeconds and backoffLimit)",
+        rogue=stale_crd_without_deadlines_and_retries,
+        catches=(
+            LIFECYCLE + "test_active_deadline_ends_in_deadline_exceeded_and_is_not_retried",
+            LIFECYCLE + "test_pre_running_deadline_fails_a_job_whose_cluster_cannot_start",
+            LIFECYCLE + "test_backoff_limit_retries_with_a_new_cluster_each_time",
+        ),
+        bystanders=(INVALID + "[ttl_without_shutdown]",),
+        # ready=60: the deadline checks wait that long for an end that never comes.
+        run_args=("--timeout", "ready=60", "--timeout", "apply=10"),
+        evidence=("last seen: Running", "last seen: Initializing", "after 1 attempt(s), not 3"),
+    ),
+    Fault(
+        name="rayjob-deletion-mishandled",
+        area="rayjob",
+        misbehaviour="a RayJob loses its stop-job finalizer once started, its RayCluster has no owner "
+        "reference (it outlives the RayJob), and a clusterSelector RayJob takes its selected cluster with it",
+        rogue=mishandle_rayjob_deletion,
+        catches=(
+            LIFECYCLE + "test_deleting_a_running_job_stops_its_ray_job_first",
+            LIFECYCLE + "test_deleting_a_running_job_removes_its_cluster_and_submitter",
+            LIFECYCLE + "test_cluster_selector_runs_on_an_existing_cluster_and_never_deletes_it",
+        ),
+        bystanders=(BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",),
+        run_args=("--timeout", "cleanup=60"),
+        evidence=("rayjob-finalizer", "to be gone", "did not stay"),
     ),
 ]

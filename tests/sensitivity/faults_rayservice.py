@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
-from .behind_the_back import drop_rbac
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from .behind_the_back import drop_crd_fields, drop_rbac, probe, raycluster_spec
 from .faults import Fault
-from .rogue import Rogue, before_checks
+from .rogue import Rogue, before_checks, side_by_side
 
 RAYSERVICE = "test_rayservice.py::"
+OPERATOR = "test_operator.py::"
 OPERATOR_CLUSTER_ROLE = "kuberay-operator"
+READY = RAYSERVICE + "test_rayservice_becomes_ready_and_answers_through_the_gateway"
+RAY_GROUP, RAY_VERSION = "ray.io", "v1"
+JSON_PATCH = "application/json-patch+json"
+# What KubeRay writes on the RayClusters of a RayService (controllers/ray/utils/constant.go, v1.6.2):
+# the hash of the cluster spec it compares the RayService's with, to tell an in-place change from
+# one that needs a new cluster, and the operator version that made or last updated the cluster.
+SPEC_HASH = "ray.io/hash-without-replicas-and-workers-to-delete"
+KUBERAY_VERSION = "ray.io/kuberay-version"
+ORIGINATED_FROM_CRD = "ray.io/originated-from-crd"
+ORIGINATED_FROM_NAME = "ray.io/originated-from-cr-name"
+
+
+def made_for_a_rayservice(cluster: dict[str, Any]) -> bool:
+    return (cluster["metadata"].get("labels") or {}).get(ORIGINATED_FROM_CRD) == "RayService"
 
 
 @before_checks
@@ -17,14 +36,104 @@ def clusterrole_without_rayservice_status(rogue: Rogue) -> None:
     drop_rbac(rogue, "ClusterRole", OPERATOR_CLUSTER_ROLE, "rayservices/status")
 
 
+@before_checks
+def stale_crd_without_upgrade_strategy(rogue: Rogue) -> None:
+    """A RayService CRD that predates `upgradeStrategy` (Helm never upgrades CRDs): the API server
+    drops the whole strategy, so an incremental upgrade KubeRay could not carry out (no
+    gatewayClassName, no autoscaler) is never validated: it becomes a plain RayService and gets a
+    RayCluster instead of ValidationFailed."""
+    spec = {"upgradeStrategy": {"type": "NewCluster"}, "rayClusterConfig": raycluster_spec()}
+    drop_crd_fields(rogue, "rayservices", [["upgradeStrategy"]], probe("RayService", spec))
+
+
+def stale_spec_hash_on_changes_that_keep_the_cluster(rogue: Rogue) -> None:
+    """The cluster-spec hash KubeRay keeps on a RayService's RayCluster stops matching after a
+    change that must keep that cluster: a serve-config-only change, or an operator upgrade (the
+    new operator has just rewritten the cluster's version annotation in place). KubeRay compares
+    the RayService's cluster spec with that hash, finds them different and builds a new RayCluster
+    (a NewCluster upgrade), as an operator whose hash covers more than the cluster spec, or hashes
+    differently from its predecessor, would."""
+    side_by_side(rogue, _stale_hash_on_serve_config_change, _stale_hash_on_operator_upgrade)
+
+
+def _stale_hash_on_serve_config_change(rogue: Rogue) -> None:
+    first: dict[str, str] = {}
+    done: set[str] = set()
+    for svc in rogue.ray_objects("rayservices"):
+        meta = svc["metadata"]
+        config = (svc.get("spec") or {}).get("serveConfigV2", "")
+        if first.setdefault(meta["uid"], config) == config or meta["uid"] in done:
+            continue
+        active = ((svc.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName", "")
+        why = f"RayService {meta['namespace']}/{meta['name']}'s serveConfigV2 changed"
+        if active and _make_hash_stale(rogue, meta["namespace"], active, why):
+            done.add(meta["uid"])
+
+
+def _stale_hash_on_operator_upgrade(rogue: Rogue) -> None:
+    first: dict[str, str] = {}
+    done: set[str] = set()
+    for cluster in rogue.ray_objects("rayclusters"):
+        meta = cluster["metadata"]
+        version = (meta.get("annotations") or {}).get(KUBERAY_VERSION, "")
+        if not made_for_a_rayservice(cluster) or meta["uid"] in done:
+            continue
+        if first.setdefault(meta["uid"], version) == version:
+            continue
+        why = f"its {KUBERAY_VERSION} went {first[meta['uid']] or 'unset'} -> {version}"
+        if _make_hash_stale(rogue, meta["namespace"], meta["name"], why):
+            done.add(meta["uid"])
+
+
+def _make_hash_stale(rogue: Rogue, namespace: str, cluster: str, why: str) -> bool:
+    """Give RayCluster `cluster` a spec hash no RayService spec has; False when it is gone."""
+    try:
+        current = rogue.custom.get_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, "rayclusters", cluster
+        )
+        stale = ((current["metadata"].get("annotations") or {}).get(SPEC_HASH, "") + "-stale").lstrip("-")
+        patch = {"metadata": {"annotations": {SPEC_HASH: stale}}}
+        rogue.custom.patch_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, "rayclusters", cluster, patch
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    rogue.acted(f"set {SPEC_HASH}={stale} on RayCluster {namespace}/{cluster}: {why}")
+    return True
+
+
 FAULTS = [
     Fault(
         name="rayservice-status-forbidden",
         area="rayservice",
         misbehaviour="the operator cannot write RayService status, so none is ever Ready",
         rogue=clusterrole_without_rayservice_status,
-        catches=(RAYSERVICE + "test_rayservice_becomes_ready_and_answers_through_the_gateway",),
+        catches=(READY,),
         run_args=("--timeout", "ready=120"),  # Ready takes about 26 s here
         evidence="Ready",
+    ),
+    Fault(
+        name="rayservice-cluster-hash-goes-stale",
+        area="rayservice",
+        misbehaviour="a serve-config-only change, or an operator upgrade, makes KubeRay build a new "
+        "RayCluster for the RayService (its cluster-spec hash no longer matches)",
+        rogue=stale_spec_hash_on_changes_that_keep_the_cluster,
+        catches=(
+            RAYSERVICE + "test_serve_config_change_is_applied_in_place_without_failed_requests",
+            OPERATOR + "test_operator_upgrade_keeps_pods_and_serving_without_failed_requests",
+        ),
+        evidence=("serve-config-only change", "after the operator upgrade"),
+    ),
+    Fault(
+        name="incremental-upgrade-dropped-by-a-stale-crd",
+        area="rayservice",
+        misbehaviour="an incremental upgrade KubeRay cannot carry out is accepted as a plain RayService "
+        "and gets a RayCluster, not ValidationFailed",
+        rogue=stale_crd_without_upgrade_strategy,
+        catches=(RAYSERVICE + "test_invalid_incremental_upgrade_is_rejected",),
+        bystanders=(READY,),
+        evidence="ValidationFailed",
     ),
 ]

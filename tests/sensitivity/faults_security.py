@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from .behind_the_back import drop_crd_fields, probe, raycluster_spec
 from .faults import Fault
-from .rogue import Rogue
+from .rogue import Rogue, before_checks
 
 SECURITY = "test_security.py::"
 
@@ -27,7 +28,28 @@ def ingress_for_head_services(rogue: Rogue) -> None:
         rogue.acted(f"made Ingress {namespace}/{name}-dashboard")
 
 
+@before_checks
+def stale_crd_without_auth_options(rogue: Rogue) -> None:
+    """A RayCluster CRD that predates authOptions (Helm never upgrades CRDs): the API server drops
+    `authOptions.mode: token`, so KubeRay makes no token Secret and starts a head that asks for none."""
+    spec = {**raycluster_spec(), "authOptions": {"mode": "token"}}
+    drop_crd_fields(rogue, "rayclusters", [["authOptions"]], probe("RayCluster", spec))
+
+
 FAULTS = [
+    Fault(
+        name="token-auth-dropped-by-a-stale-crd",
+        area="security",
+        misbehaviour="a RayCluster asking for token authentication gets no token Secret, and its "
+        "dashboard and job API answer without a token",
+        rogue=stale_crd_without_auth_options,
+        catches=(
+            SECURITY + "test_token_auth_gives_the_cluster_a_secret_with_auth_token",
+            SECURITY + "test_dashboard_and_job_submission_require_the_token",
+        ),
+        bystanders=(SECURITY + "test_the_head_is_not_exposed_outside_the_cluster",),
+        evidence=("made no Secret", "without a token"),
+    ),
     Fault(
         name="head-dashboard-published-by-an-ingress",
         area="security",

@@ -104,6 +104,19 @@ class Rogue:
                 yield event["object"]
 
 
+def side_by_side(rogue: Rogue, *acts: Callable[[Rogue], None]) -> None:
+    """Run several watches of one rogue, each in a thread of its own, until they end (when the
+    rogue is stopped). One that breaks is logged as the rogue's failure, as `_guarded` logs it."""
+    threads = [
+        threading.Thread(target=_guarded, args=(act, rogue), daemon=True, name=f"rogue-{act.__name__}")
+        for act in acts
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def _resolve(target: str) -> Callable[[Rogue], None]:
     module, _, function = target.partition(":")
     return getattr(importlib.import_module(module), function)
