@@ -228,6 +228,13 @@ def test_new_cluster_upgrade_under_load(
     _assert_within_budget(records, profile, metrics)
 
 
+def _assert_one_pending_cluster(samples: list[Any], promoted: str) -> None:
+    """Every pending cluster sampled is the one promoted: a spurious rollback, then an upgrade to
+    another new cluster, would otherwise pass (only the promoted cluster's series is judged)."""
+    pending = list(dict.fromkeys(s.pending for s in samples if s.pending))
+    assert pending == [promoted], f"pending clusters in order: {pending}; promoted: {promoted}"
+
+
 def _assert_within_budget(records: list[Record], profile: Profile, metrics: dict[str, float]) -> None:
     budget = _budget(profile, metrics)
     failed = int(metrics.get("failed_requests", 0))
@@ -337,6 +344,7 @@ def test_incremental_upgrade_under_load(
     assert not capacity.violations, "; ".join(capacity.violations[:5])
     problem = traffic.promoted_at_full_shift(promotion, old, new)
     assert not problem, problem
+    _assert_one_pending_cluster(sampler.samples, new)
     _assert_deleted_after_delay(deleted, promoted, profile)
     tolerance = profile.thresholds["traffic_share_tolerance_percent"]
     shares = traffic.check_shares(windows, tolerance, allowance)  # too few answers: a harness error
