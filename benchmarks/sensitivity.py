@@ -20,22 +20,25 @@ from benchmarks.local_provider import machine, replace_section  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "sensitivity"
 
 
+def _catching(test: str, record: dict) -> bool:
+    """Whether a test id is one of the fault's catching checks: its name, and the check's
+    parametrization part within its parameters (as tests/sensitivity matches them)."""
+    base, _, params = test.partition("[")
+    for check in record["catches"]:
+        name, _, param = check.partition("[")
+        if base == name and param.rstrip("]") in params:
+            return True
+    return False
+
+
 def caught(record: dict) -> str:
     """The catching checks' outcomes, e.g. `failed`; several different ones are listed."""
-    outcomes = {
-        outcome
-        for test, outcome in record["outcomes"].items()
-        if any(test.startswith(check.split("[")[0]) for check in record["catches"])
-    }
+    outcomes = {outcome for test, outcome in record["outcomes"].items() if _catching(test, record)}
     return ", ".join(sorted(outcomes)) or "did not run"
 
 
 def others_green(record: dict) -> str:
-    others = [
-        outcome
-        for test, outcome in record["outcomes"].items()
-        if not any(test.startswith(check.split("[")[0]) for check in record["catches"])
-    ]
+    others = [outcome for test, outcome in record["outcomes"].items() if not _catching(test, record)]
     red = [o for o in others if o not in ("passed", "not_applicable")]
     return f"{len(others) - len(red)}/{len(others)}"
 

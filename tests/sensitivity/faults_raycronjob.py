@@ -12,7 +12,6 @@ from .faults import Fault
 from .rogue import Rogue, before_checks
 
 OPERATOR = "test_operator.py::"
-LAST_SCHEDULE = "/status/lastScheduleTime"
 
 
 @before_checks

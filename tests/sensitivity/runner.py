@@ -36,6 +36,7 @@ PLUGIN_PATH = Path(__file__).resolve().parents[1]
 LOCK_ENV = "KRC_CLUSTER_LOCK"
 RUNS = ROOT / "reports" / "sensitivity"
 HEALTHY_PROFILE = "default"
+INTERRUPTED_RUN_CLEANUP_S = 300  # an interrupted run deletes its namespaces (Ray pods: 30 s grace)
 
 
 @dataclass
@@ -99,7 +100,7 @@ def run(fault: Fault, where: Path) -> Observed:
     ]  # fmt: skip
     with cluster_lock():
         started = time.monotonic()
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        done = _run_to_its_end(command, env)
         run_s = time.monotonic() - started
         seeded_operator = _operator_container()
         started = time.monotonic()
@@ -115,6 +116,23 @@ def run(fault: Fault, where: Path) -> Observed:
         rogue_log=rogue_log.read_text().splitlines() if rogue_log.exists() else [],
         seeded_operator=seeded_operator,
     )
+
+
+def _run_to_its_end(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The run's process, waited for. On Ctrl-C the run (in this process group) got the same SIGINT:
+    it is given time to clean up, its namespaces and its cluster lock, instead of the SIGKILL
+    `subprocess.run` sends after a quarter second (that left the lock for the next run to wait out)."""
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as child:
+        try:
+            output, _ = child.communicate()
+        except KeyboardInterrupt:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.communicate(timeout=INTERRUPTED_RUN_CLEANUP_S)
+            child.kill()
+            raise
+    return subprocess.CompletedProcess(command, child.returncode, output, "")
 
 
 def _healthy_environment() -> Environment:

@@ -3,6 +3,7 @@ profiles, deletion times from metadata, a shared object made in a check, the har
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -93,3 +94,22 @@ def test_harness_checks_are_reported_apart_and_never_make_a_run_not_conformant()
     assert summary.to_json()[HARNESS]["passed"] == 1
     summary.tests[1].outcome = "failed"
     assert (summary.verdict(), summary.exit_code()) == ("incomplete", 2)
+
+
+def test_the_benchmark_table_counts_only_the_catching_parametrization() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "sensitivity_table", TESTS.parent / "benchmarks/sensitivity.py"
+    )
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    invalid = "test_autoscaling.py::test_invalid_autoscaling_spec_is_rejected"
+    group_idle = "[ray2.58.0-group idle timeout with autoscaler v1-autoscaler v2 is not enabled]"
+    record = {
+        "catches": [invalid + "[v1-autoscaler]"],
+        "outcomes": {
+            invalid + group_idle: "failed",
+            invalid + "[ray2.58.0-minReplicas above maxReplicas-greater than maxReplicas]": "passed",
+        },
+    }
+    assert table.caught(record) == "failed"
+    assert table.others_green(record) == "1/1"
