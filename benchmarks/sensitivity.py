@@ -51,7 +51,38 @@ def defined_faults() -> list[tuple[str, str, str]]:
     return [(f.area, f.name, f.misbehaviour) for f in all_faults()]
 
 
-def render(records: list[dict], missing: list[tuple[str, str, str]] = ()) -> str:
+def proven(records: list[dict]) -> set[str]:
+    """Checks (test ids without the suites' folder) a recorded fault turned red as `failed`, as it
+    expected (a seeded missing precondition, expected not applicable, proves no failing)."""
+    return {
+        test
+        for r in records
+        for test, outcome in r["outcomes"].items()
+        if _catching(test, r) and outcome == r["expect"] == "failed"
+    }
+
+
+def coverage(records: list[dict], checks: list[tuple[str, str]]) -> list[str]:
+    """How many of the conformance checks (area, id) a recorded fault proves, and the others."""
+    shown = proven(records)
+    left = [(area, check) for area, check in checks if check not in shown and area != "harness"]
+    scored = [c for c in checks if c[0] != "harness"]
+    lines = ["", f"Checks a recorded fault proves able to fail: {len(scored) - len(left)} of {len(scored)}."]
+    if left:
+        lines.append("Not yet proven by a recorded fault: " + ", ".join(f"`{c}`" for _, c in left) + ".")
+    return lines
+
+
+def all_checks() -> list[tuple[str, str]]:
+    """(area, id) of every check of the default profile, ids as the fault records write them."""
+    from conformance.listing import collect  # noqa: PLC0415 - a pytest collection, only when tabulating
+
+    return [(c.area, c.id.removeprefix("conformance/suites/")) for c in collect("default", (), (), None)]
+
+
+def render(
+    records: list[dict], missing: list[tuple[str, str, str]] = (), every_check: list[tuple[str, str]] = ()
+) -> str:
     dates = sorted({r["date"] for r in records})
     lines = [
         "## Sensitivity suite (`make sensitivity`)",
@@ -78,6 +109,8 @@ def render(records: list[dict], missing: list[tuple[str, str, str]] = ()) -> str
         lines.append(f"| {area} | {misbehaviour} | (`{name}`) | not recorded yet | | | | | |")
     total = sum(r["run_s"] + r["restore_s"] for r in records)
     lines += ["", f"Total: {total / 60:.1f} minutes of cluster time (runs and restores)."]
+    if every_check:
+        lines += coverage(records, every_check)
     return "\n".join(lines)
 
 
@@ -88,8 +121,9 @@ def main() -> None:
     records.sort(key=lambda r: (r["area"], r["fault"]))
     recorded = {r["fault"] for r in records}
     missing = [f for f in defined_faults() if f[1] not in recorded]
-    replace_section("sensitivity", render(records, missing))
-    print(render(records, missing))
+    text = render(records, missing, all_checks())
+    replace_section("sensitivity", text)
+    print(text)
 
 
 if __name__ == "__main__":

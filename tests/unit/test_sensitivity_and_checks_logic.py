@@ -113,3 +113,7 @@ def test_the_benchmark_table_counts_only_the_catching_parametrization() -> None:
     }
     assert table.caught(record) == "failed"
     assert table.others_green(record) == "1/1"
+    gate_off = {**record, "expect": "not_applicable", "outcomes": {invalid + group_idle: "not_applicable"}}
+    checks = [("autoscaling", invalid + group_idle), ("harness", "test_security.py::test_token_never")]
+    assert table.coverage([{**record, "expect": "failed"}, gate_off], checks)[1].endswith(": 1 of 1.")
+    assert "Not yet proven" in table.coverage([gate_off], checks)[-1]  # not applicable proves no failing
