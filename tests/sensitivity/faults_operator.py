@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from conformance.install import kuberay
 
 from .behind_the_back import RAY_GROUP, drop_rbac
 from .faults import Fault
@@ -13,6 +16,8 @@ from .rogue import Rogue, before_checks
 OPERATOR = "test_operator.py::"
 LEADER_ELECTION_ROLE = "kuberay-operator-leader-election"
 OPERATOR_CLUSTER_ROLE = "kuberay-operator"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberay-operator"
+FLIPPED_GATE = "RayMultiHostIndexing"  # on by default in 1.6 and 1.7, left alone by the default profile
 
 
 @before_checks
@@ -65,7 +70,71 @@ def schedule_raycronjobs_whatever_the_gate(rogue: Rogue) -> None:
         rogue.acted(f"marked RayCronJob {meta['namespace']}/{meta['name']} scheduled at {tick}")
 
 
+@before_checks
+def crds_unserved_or_missing(rogue: Rogue) -> None:
+    """Ray CRDs as a hand-edited or half-removed installation leaves them: RayCluster no longer
+    serves the deprecated v1alpha1 that existing manifests name, and the RayCronJob CRD is gone."""
+    ext = client.ApiextensionsV1Api(rogue.api)
+    crd = ext.read_custom_resource_definition(f"rayclusters.{RAY_GROUP}")
+    index = next(i for i, v in enumerate(crd.spec.versions) if v.name == "v1alpha1")
+    patch = [{"op": "replace", "path": f"/spec/versions/{index}/served", "value": False}]
+    ext.patch_custom_resource_definition(
+        crd.metadata.name, patch, _content_type="application/json-patch+json"
+    )
+    rogue.acted(f"set v1alpha1 of CRD {crd.metadata.name} to served: false")
+    ext.delete_custom_resource_definition(f"raycronjobs.{RAY_GROUP}")
+    rogue.acted(f"deleted CRD raycronjobs.{RAY_GROUP}")
+
+
+@before_checks
+def operator_deployment_edited(rogue: Rogue) -> None:
+    """The operator Deployment edited by hand after the install: a gate turned off that the chart
+    leaves on, and leader election off (two operator pods would then both reconcile)."""
+    apps = rogue.apps()
+    namespace = rogue.operator_namespace
+    (deployment,) = apps.list_namespaced_deployment(namespace, label_selector=OPERATOR_SELECTOR).items
+    container = deployment.spec.template.spec.containers[0]
+    gates: dict[str, bool] = {}
+    args = []
+    for arg in container.args or []:
+        if arg.startswith("--feature-gates="):
+            gates.update(kuberay.parse_feature_gates(arg.partition("=")[2]))
+        elif not arg.startswith("--enable-leader-election"):
+            args.append(arg)
+    args += [kuberay.feature_gates_arg({**gates, FLIPPED_GATE: False}), "--enable-leader-election=false"]
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": container.name, "args": args}]}}}}
+    apps.patch_namespaced_deployment(deployment.metadata.name, namespace, patch)
+    rogue.acted(f"set {FLIPPED_GATE}=false and --enable-leader-election=false on {deployment.metadata.name}")
+
+
 FAULTS = [
+    Fault(
+        name="crds-unserved-or-missing",
+        area="operator",
+        misbehaviour="RayCluster stops serving v1alpha1 and the RayCronJob CRD is missing, so the served "
+        "CRDs are not the install's",
+        rogue=crds_unserved_or_missing,
+        catches=(
+            OPERATOR + "test_crds_are_served_at_v1_and_v1alpha1_is_kept",
+            OPERATOR + "test_raycronjob_crd_is_served_at_v1",
+            OPERATOR + "test_served_crds_match_the_operator_version",
+        ),
+        bystanders=(OPERATOR + "test_feature_gates_match_the_chart_defaults",),
+        evidence=("no longer serves v1alpha1", "raycronjobs.ray.io", "are not those of"),
+    ),
+    Fault(
+        name="operator-deployment-edited",
+        area="operator",
+        misbehaviour="the operator runs with a gate the chart leaves on turned off, and without leader "
+        "election",
+        rogue=operator_deployment_edited,
+        catches=(
+            OPERATOR + "test_feature_gates_match_the_chart_defaults",
+            OPERATOR + "test_leader_election_is_on_and_the_lease_is_held",
+        ),
+        bystanders=(OPERATOR + "test_crds_are_served_at_v1_and_v1alpha1_is_kept",),
+        evidence=(FLIPPED_GATE, "leader election off"),
+    ),
     Fault(
         name="lease-update-forbidden",
         area="operator",
