@@ -129,9 +129,11 @@ def test_job_moves_initializing_running_complete(
         final = job.finished(_job_timeout(timeouts))
     metrics["job_complete_s"] = round(time.monotonic() - started, 2)
     status = _status(final)
-    assert status["jobDeploymentStatus"] == "Complete", f"{status} (passed through {job.seen})"
-    assert status["jobStatus"] == "SUCCEEDED", status
-    assert status.get("startTime") and status.get("endTime"), status
+    assert status.get("jobDeploymentStatus") == "Complete", (
+        f"{rayjobs.brief(status)} (passed through {job.seen})"
+    )
+    assert status.get("jobStatus") == "SUCCEEDED", rayjobs.brief(status)
+    assert status.get("startTime") and status.get("endTime"), rayjobs.brief(status)
     assert job.seen[0] == "Initializing" and "Running" in job.seen, f"deployment statuses: {job.seen}"
     assert "rayjob-output-ok" in _job_logs(ray, final, mode)
 
@@ -159,11 +161,11 @@ def test_failing_entrypoint_ends_failed_with_app_failed(
     job = _start(ray, rayjobs.job(cluster_values, "app-fails", rayjobs.FAILS))
     final = job.finished(_job_timeout(timeouts))
     status = _status(final)
-    assert status["jobDeploymentStatus"] == "Failed", status
+    assert status.get("jobDeploymentStatus") == "Failed", rayjobs.brief(status)
     # .get: a RayJob failed before the operator learnt its job's status has no jobStatus at all,
     # which is KubeRay's failure to report, not the harness's (a KeyError would read as an error).
-    assert status.get("jobStatus") == "FAILED", status
-    assert status.get("reason") == "AppFailed", status
+    assert status.get("jobStatus") == "FAILED", rayjobs.brief(status)
+    assert status.get("reason") == "AppFailed", rayjobs.brief(status)
 
 
 def test_failing_submitter_ends_failed_with_submission_failed(
@@ -177,8 +179,8 @@ def test_failing_submitter_ends_failed_with_submission_failed(
     job = _start(ray, rayjobs.job(cluster_values, "submit-fails", submitterPodTemplate=submitter))
     final = job.finished(_job_timeout(timeouts) + timeouts.cleanup)
     status = _status(final)
-    assert status["jobDeploymentStatus"] == "Failed", status
-    assert status.get("reason") == "SubmissionFailed", status
+    assert status.get("jobDeploymentStatus") == "Failed", rayjobs.brief(status)
+    assert status.get("reason") == "SubmissionFailed", rayjobs.brief(status)
 
 
 # -- cleanup ----------------------------------------------------------------------------
@@ -313,7 +315,7 @@ def test_rules_act_only_on_their_outcome(
     body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(cluster_values)
     job = _start(ray, body)
     final = job.finished(_job_timeout(timeouts))
-    assert _status(final)["jobStatus"] == "FAILED", _status(final)
+    assert _status(final).get("jobStatus") == "FAILED", rayjobs.brief(_status(final))
     cluster = _status(final)["rayClusterName"]
     _workers_go(ray, cluster, "the FAILED job's DeleteWorkers rule deletes its workers", profile, timeouts)
     broken = _cluster_stays(ray, cluster, profile)
@@ -376,8 +378,8 @@ def test_invalid_spec_ends_in_validation_failed_with_a_message(
     job = _start(ray, body)
     final = job.finished(timeouts.apply)
     status = _status(final)
-    assert status["jobDeploymentStatus"] == "ValidationFailed", status
-    assert words.lower() in (status.get("message") or "").lower(), status
+    assert status.get("jobDeploymentStatus") == "ValidationFailed", rayjobs.brief(status)
+    assert words.lower() in (status.get("message") or "").lower(), rayjobs.brief(status)
     assert not ray.list_fn("rayclusters")()["items"], "an invalid RayJob still made a cluster"
 
 
@@ -422,8 +424,8 @@ def test_active_deadline_ends_in_deadline_exceeded_and_is_not_retried(
     )
     final = job.finished(deadline + slack + timeouts.apply)
     status = _status(final)
-    assert status["jobDeploymentStatus"] == "Failed", status
-    assert status.get("reason") == "DeadlineExceeded", status
+    assert status.get("jobDeploymentStatus") == "Failed", rayjobs.brief(status)
+    assert status.get("reason") == "DeadlineExceeded", rayjobs.brief(status)
     _within("the job ended", _run_time(status), deadline, slack)
     assert "Retrying" not in job.seen, f"a DeadlineExceeded job was retried: {job.seen}"
 
@@ -440,8 +442,8 @@ def test_pre_running_deadline_fails_a_job_whose_cluster_cannot_start(
     job = _start(ray, body)
     final = job.finished(deadline + slack + timeouts.apply)
     status = _status(final)
-    assert status["jobDeploymentStatus"] == "Failed", status
-    assert status.get("reason") == "PreRunningDeadlineExceeded", status
+    assert status.get("jobDeploymentStatus") == "Failed", rayjobs.brief(status)
+    assert status.get("reason") == "PreRunningDeadlineExceeded", rayjobs.brief(status)
     _within("the job failed", _run_time(status), deadline, slack)
 
 
@@ -462,7 +464,7 @@ def test_cluster_selector_runs_on_an_existing_cluster_and_never_deletes_it(
     del body["spec"]["rayClusterSpec"]
     job = _start(ray, body)
     final = _completed(job, timeouts)
-    assert _status(final)["rayClusterName"] == "shared", _status(final)
+    assert _status(final).get("rayClusterName") == "shared", rayjobs.brief(_status(final))
     assert [c["metadata"]["name"] for c in ray.list_fn("rayclusters")()["items"]] == ["shared"]
     ray.delete("rayjobs", "guest")
     with behaviour("a deleted RayJob goes (its finalizer is removed)"):

@@ -260,7 +260,7 @@ FAULTS = [
         run_args=("--timeout", "apply=10", "--timeout", "cleanup=60"),
         evidence=(
             *("RayJob invalid to finish" for _ in INVALID_CASES),
-            "'jobDeploymentStatus': 'Complete'",
+            "jobDeploymentStatus=Complete",
             "to be suspended",
         ),
     ),
