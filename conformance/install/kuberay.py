@@ -864,11 +864,6 @@ def _deployment_selector(apps: client.AppsV1Api, ns: str) -> str:
     return POD_SELECTOR
 
 
-def operator_pod_selector(apps: client.AppsV1Api, namespace: str) -> str:
-    """The label selector of the operator's pods, read from its Deployment."""
-    return _deployment_selector(apps, namespace)
-
-
 # The same applying and waiting serve the other installers (the Gateway API implementation).
 apply_object = _apply
 ensure_namespace = _ensure_namespace

@@ -225,7 +225,7 @@ def test_operator_killed_while_reconciling_resumes_without_duplicates(
         what="a Ready operator pod to kill",
         timeout=timeouts.ready,
         namespace=operator_ns,
-        label_selector=kuberay.operator_pod_selector(client.AppsV1Api(ray.api), operator_ns),
+        label_selector=kuberay.operator_selector(ray.api, operator_ns),
     )
     ray.create("rayjobs", _rayjob(cluster_values, "orphaned", "python -c \"print('after-failover')\""))
     started = time.monotonic()
