@@ -37,7 +37,7 @@ from conformance import cluster_lock, exclusive, parallel, profiles, progress
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, HarnessError
-from conformance.kube import diagnostics
+from conformance.kube import diagnostics, namespaces
 from conformance.report import build as report_build
 from conformance.report import secrets, timelines
 from conformance.report import terminal as report_terminal
@@ -310,7 +310,7 @@ class ConformanceRun:
         if failed:
             self._collect_diagnostics(node, api, name)
         if not (failed and self.options.keep_failed):
-            core.delete_namespace(name)
+            namespaces.delete(core, name)
 
     # -- preconditions ----------------------------------------------------------------
 
@@ -529,7 +529,7 @@ class ConformanceRun:
             for ns in core.list_namespace(label_selector=f"{RUN_LABEL}={self.options.run_id}").items:
                 if self.options.keep_failed and kept:
                     continue
-                core.delete_namespace(ns.metadata.name)
+                namespaces.delete(core, ns.metadata.name)
         except Exception:  # noqa: BLE001 - best effort after an interrupt; the cluster may be gone
             return
 

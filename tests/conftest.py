@@ -19,6 +19,7 @@ from kubernetes import client, config
 
 from conformance import cluster_lock
 from conformance.providers.base import Cluster
+from conformance.providers.local import images
 from conformance.providers.local.provider import LocalProvider
 
 
@@ -72,6 +73,15 @@ def _live_holder_of_the_cluster_lock(kubeconfig: Path) -> str:
     """The conformance run that holds the cluster's lock and still renews it, described; '' if none."""
     holder = cluster_lock.live_holder(config.new_client_from_config(str(kubeconfig)))
     return holder.describe() if holder else ""
+
+
+@pytest.fixture(scope="session")
+def toolbox(local_provider: LocalProvider, local_cluster: Cluster) -> str:
+    """An image built on this machine (busybox and kubectl), imported into the node."""
+    kubectl = local_provider.ensure_binaries().kubernetes / "kubectl"
+    archive = images.toolbox_image(local_provider.cache, kubectl)
+    local_provider.load_image(archive)
+    return archive.ref
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from conformance.capabilities import Capabilities
 from conformance.environment import Environment
 from conformance.errors import HarnessError
 from conformance.install import crd_drift, kuberay, kuberay_chart, operator_upgrade, scoped_operator
+from conformance.kube import namespaces
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.pods import is_serving, restarts
@@ -219,6 +220,9 @@ def cron_setup(
 ) -> Iterator[CronSetup]:
     """A second operator with the RayCronJob gate on, watching only this module's namespace.
 
+    It changes nothing outside that namespace (Roles there, no leader election, no CRD), so its
+    checks run beside others; a parallel run's workers each get their own, in their own namespace.
+
     The installed operator is shared and must not be reconfigured, so the gate-on behaviour is
     observed on an operator of the same image that this module runs itself. The same RayCronJob
     goes into the watched namespace and into one it does not watch.
@@ -247,7 +251,7 @@ def cron_setup(
             where.create("raycronjobs", render("ray/raycronjob.yaml", **values))
         yield setup
     finally:
-        core.delete_namespace(other)
+        namespaces.delete(core, other)
 
 
 def _made_by(ray: Ray, cron: str) -> list[dict[str, Any]]:
@@ -269,7 +273,6 @@ def _wait_ticks(setup: CronSetup, ticks: int) -> list[dict[str, Any]]:
     return _made_by(ray, setup.name)
 
 
-@pytest.mark.exclusive("runs a second operator")
 @pytest.mark.requires("kuberay>=1.6.0")  # the RayCronJob CRD first shipped with 1.6.0
 def test_watch_namespace_limits_the_operator_to_its_namespace(
     cron_setup: CronSetup, api: client.ApiClient, metrics: dict[str, float]
@@ -290,7 +293,6 @@ def test_watch_namespace_limits_the_operator_to_its_namespace(
     assert not refused, f"the scoped operator needed more than its namespace's RBAC: {refused[:3]}"
 
 
-@pytest.mark.exclusive("runs a second operator")
 @pytest.mark.requires("kuberay>=1.6.0")
 @pytest.mark.kuberay_issue(4849)
 def test_raycronjob_makes_one_rayjob_per_tick_without_duplicates(
@@ -329,7 +331,6 @@ def _fail_on_duplicates(setup: CronSetup, api: client.ApiClient, made: list[dict
     )
 
 
-@pytest.mark.exclusive("runs a second operator")
 @pytest.mark.requires("kuberay>=1.7.0")  # 1.6.x names them <cron>-<5 random characters>
 def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSetup) -> None:
     made = _wait_ticks(cron_setup, 1)
@@ -339,7 +340,6 @@ def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSe
         assert job["metadata"]["name"] == expected, f"RayJob for {scheduled}: {job['metadata']['name']}"
 
 
-@pytest.mark.exclusive("runs a second operator")
 @pytest.mark.requires("kuberay>=1.6.0")
 def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
     ray = cron_setup.watched

@@ -10,7 +10,8 @@ import pytest
 from kubernetes import client
 
 from conformance import exclusive
-from conformance.kube.wait import wait_for
+from conformance.kube import namespaces
+from conformance.kube.wait import wait_for, wait_gone
 
 FINALIZER = "kuberay-conformance.test/hold"
 
@@ -58,3 +59,31 @@ def test_settle_returns_once_the_namespace_is_gone(
     release(core, name)
     assert exclusive.settle(api, selector, timeout=60) == ""
     assert exclusive.terminating(api, selector) == []
+
+
+def test_a_checks_namespace_ends_its_pods_without_their_whole_grace(
+    core: client.CoreV1Api, toolbox: str
+) -> None:
+    """A pod whose PID 1 ignores SIGTERM (as bash does in a Ray pod) would hold its namespace for
+    its whole 30 s grace; namespaces.delete asks for a short one once the namespace terminates."""
+    name = f"krc-teardown-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"kuberay-conformance.io/test": "true"}}})
+    container = {"name": "main", "image": toolbox, "imagePullPolicy": "Never"}
+    container["command"] = ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+    core.create_namespaced_pod(name, {"metadata": {"name": "stubborn"}, "spec": {"containers": [container]}})
+    wait_for(
+        core.list_namespaced_pod,
+        lambda pod: pod.status.phase == "Running",
+        what="pod stubborn running",
+        timeout=120,
+        namespace=name,
+    )
+    namespaces.delete(core, name)
+    pod = core.read_namespaced_pod("stubborn", name)
+    assert pod.metadata.deletion_grace_period_seconds == namespaces.POD_GRACE_AFTER_CHECK_S
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(name, {"metadata": {"name": "late"}, "spec": {"containers": [container]}})
+    assert refused.value.status == 403  # a terminating namespace admits no new pod: none comes back
+    wait_gone(
+        core.list_namespace, what=f"namespace {name}", timeout=60, field_selector=f"metadata.name={name}"
+    )

@@ -19,22 +19,13 @@ from kubernetes import client
 from conformance.kube.pods import is_ready
 from conformance.kube.wait import wait_for, wait_gone
 from conformance.providers.base import Cluster
-from conformance.providers.local import components, images, pins
+from conformance.providers.local import components, pins
 from conformance.providers.local.cleanup import POD_CGROUP_ROOT, mounts_below
 from conformance.providers.local.journal import read_sysctl
 from conformance.providers.local.provider import CGROUP_NAME, LocalProvider
 
 READY_TIMEOUT = 120
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
-
-
-@pytest.fixture(scope="session")
-def toolbox(local_provider: LocalProvider, local_cluster: Cluster) -> str:
-    """An image built on this machine (busybox and kubectl), imported into the node."""
-    kubectl = local_provider.ensure_binaries().kubernetes / "kubectl"
-    archive = images.toolbox_image(local_provider.cache, kubectl)
-    local_provider.load_image(archive)
-    return archive.ref
 
 
 def _pod(name: str, image: str, command: str, **spec: object) -> dict:
