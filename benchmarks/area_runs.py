@@ -3,10 +3,12 @@ as median and spread (min-max), since one run of a scaling or recovery check is 
 
     python benchmarks/area_runs.py --area autoscaling --area gpu --runs 3
     python benchmarks/area_runs.py --area fault-recovery --from reports/A --from reports/B
+    python benchmarks/area_runs.py --area operator --kuberay-source ~/src/kuberay --name operator-src
 
 Without `--from` it runs `kuberay-conformance run --area ...` `--runs` times (local provider,
-default profile, the cluster kept between runs). Writes benchmarks/results/areas-<areas>.json
-and the matching section of benchmarks/README.md.
+default profile, the cluster kept between runs; `--workers` and `--kuberay-source` passed on).
+Writes benchmarks/results/areas-<areas or --name>.json and the matching section of
+benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ CLI = ROOT / ".venv" / "bin" / "kuberay-conformance"
 
 def main() -> None:
     args = _parser().parse_args()
-    run_dirs = [Path(d) for d in args.run_dirs] or [_run(args.area, args.k) for _ in range(args.runs)]
+    run_dirs = [Path(d) for d in args.run_dirs] or [_run(args) for _ in range(args.runs)]
     summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs]
     result = figures(summaries, args.area)
     result["notes"] = args.note
-    name = "areas-" + "-".join(args.area)
+    name = "areas-" + (args.name or "-".join(args.area))
     out = ROOT / "benchmarks" / "results" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -49,13 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", default="", help="only checks matching this pytest -k expression")
     parser.add_argument("--from", dest="run_dirs", action="append", default=[], help="an earlier run's dir")
     parser.add_argument("--note", action="append", default=[], help="a sentence to keep with the figures")
+    parser.add_argument("--workers", default="", help="as `run --workers` (default: the run's)")
+    parser.add_argument("--kuberay-source", default="", help="a KubeRay checkout (as `run --kuberay-source`)")
+    parser.add_argument("--name", default="", help="the results' name (default: the areas joined by -)")
     return parser
 
 
-def _run(areas: list[str], k: str) -> Path:
+def _run(args: argparse.Namespace) -> Path:
     run_dir = ROOT / "reports" / f"bench-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}"
     command = [str(CLI), "run", "--keep-cluster", "--run-dir", str(run_dir)]
-    command += [arg for area in areas for arg in ("--area", area)] + (["-k", k] if k else [])
+    command += [arg for area in args.area for arg in ("--area", area)] + (["-k", args.k] if args.k else [])
+    command += ["--workers", args.workers] if args.workers else []
+    command += ["--kuberay-source", args.kuberay_source] if args.kuberay_source else []
     subprocess.run(command, cwd=ROOT, check=False)
     return run_dir
 

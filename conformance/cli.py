@@ -18,7 +18,7 @@ from typing import NoReturn
 import click
 import pytest
 
-from conformance import capacity, cluster_lock, interrupts, profiles
+from conformance import capacity, cluster_lock, interrupts, parallel, profiles
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.providers import PROVIDERS, get_provider
@@ -347,8 +347,8 @@ def run_command(
         try:
             args = pytest_args(target)
             count = _worker_count(workers, environment, api)
-            if count > 1:  # worksteal: checks take minutes; an idle worker takes over a busy one's queue
-                args += ["-n", str(count), "--dist", "worksteal"]
+            if count > 1:
+                args += ["-n", str(count), *parallel.DISTRIBUTION]
             code = pytest.main(args)
         finally:
             cluster_lock.release(target.name)

@@ -195,6 +195,7 @@ class Environment:
             "operator": self.operator,
             "operator_spec": self.operator_spec,
             "promised": self.promised,
+            "source": self.source,  # --kuberay-source: the operator-upgrade check installs it again
             "notes": list(self.notes),
         }
 
@@ -205,6 +206,7 @@ class Environment:
         self.operator = snapshot["operator"]
         self.operator_spec = snapshot["operator_spec"]
         self.promised = snapshot["promised"]
+        self.source = snapshot["source"]
         self.notes = list(snapshot["notes"])
         assert self.cluster is not None
         self.api = api_client(self.cluster.target)

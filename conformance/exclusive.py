@@ -2,10 +2,10 @@
 
 A check is exclusive when it changes state every other check depends on (the operator's pod
 deleted or killed, the operator downgraded and upgraded, a second operator that reconciles
-outside its own namespace, CRDs, feature gates), or when it measures latency and failed requests under load: a neighbour's Ray
-clusters competing for the same two cores slow the server, and the load generator's
-self-check (rate shortfall, schedule lag) sees only the generator, so a slow server would
-pass for KubeRay dropping requests.
+outside its own namespace, CRDs, feature gates), or when it measures latency and failed
+requests under load: a neighbour's Ray clusters competing for the same two cores slow the
+server, and the load generator's self-check (rate shortfall, schedule lag) sees only the
+generator, so a slow server would pass for KubeRay dropping requests.
 
 The design is a reader/writer lock over the whole run, taken by every check around its
 setup, call and teardown: an ordinary check holds it shared, an exclusive one holds it

@@ -28,6 +28,13 @@ import pytest
 
 from conformance.report.summary import TestResult
 
+# How xdist hands out checks: one at a time, in collection order (the exclusive checks last).
+# Not worksteal, which splits the whole list between the workers up front: the worker holding
+# the tail then reaches the exclusive checks while the others still have many ordinary ones, and
+# every exclusive check stops them all, so the two phases interleave and run nearly serially
+# (seen on 2026-12-02 with 2 workers). `load` keeps about two checks queued per worker.
+DISTRIBUTION = ("--dist", "load", "--maxschedchunk", "1")
+
 WORKERINPUT_KEY = "kuberay_conformance"
 RESULT_ATTR = "kuberay_conformance_result"
 SECRETS_ATTR = "kuberay_conformance_secrets"

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from plugin_runs import plugin_command, run_namespaces
 from test_plugin_outcomes import SUITE
 
-from conformance import cluster_lock
+from conformance import cluster_lock, parallel
 from conformance.providers.base import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def _parallel_pytest(tmp_path: Path, suite: Path, run_dir: Path) -> tuple[list[s
         "KRC_TRACE": str(tmp_path / "trace.log"),
         "KRC_RECORDS": str(records),
     }
-    options = ["-p", "krc_trace", "-n", "2", "--dist", "worksteal", "--conformance-provider", "local"]
+    options = ["-p", "krc_trace", "-n", "2", *parallel.DISTRIBUTION, "--conformance-provider", "local"]
     return plugin_command(suite, run_dir, *options, result_files=True), env
 
 
@@ -347,6 +347,15 @@ def test_an_exclusive_check_overlaps_no_other_check(parallel_run: ParallelRun) -
     # Not vacuous: the ordinary checks did run side by side.
     ordinary = sorted((s for s in spans if s not in alone), key=lambda s: s["start"])
     assert any(a["end"] > b["start"] and a["worker"] != b["worker"] for a, b in itertools.pairwise(ordinary))
+
+
+def test_the_exclusive_checks_come_after_the_ordinary_ones(parallel_run: ParallelRun) -> None:
+    """The checks are handed out one at a time in order, so the exclusive ones (sorted last) start
+    once the ordinary ones have: at most the one a busy worker had queued starts after them."""
+    exclusive = [s for s in parallel_run.spans if s["name"].startswith("test_exclusive_")]
+    first_exclusive = min(s["start"] for s in exclusive)
+    late = [s["name"] for s in parallel_run.spans if s not in exclusive and s["start"] > first_exclusive]
+    assert len(late) <= 1, f"ordinary checks that started after the first exclusive one: {late}"
 
 
 def test_a_stale_lock_is_taken_over_and_the_summary_says_so(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import multiprocessing
+import pickle
 import subprocess
 import sys
 import time
@@ -14,7 +15,10 @@ import pytest
 
 from conformance import capacity, parallel, profiles
 from conformance.cluster_lock import Holder
+from conformance.environment import Environment, RunOptions
 from conformance.exclusive import ClusterTurn
+from conformance.install.source_install import SourceInstall
+from conformance.providers.base import Cluster
 from conformance.report.summary import TestResult as Result
 
 GIB = Decimal(2**30)
@@ -100,6 +104,32 @@ def test_a_result_survives_the_report_serialization_xdist_uses() -> None:
     again = pytest.TestReport._from_json(report._to_json())
     assert parallel.result_of(again) == result
     assert parallel.secrets_of(again) == {"s3cr3t": "suite.py::test_a"}
+
+
+def test_a_worker_attaches_to_everything_the_controller_prepared(tmp_path: Path) -> None:
+    """Whatever a check reads from the prepared environment reaches the workers too: the source
+    checkout was missing once, and the operator-upgrade check then erred on every worker."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    options = RunOptions("local", profiles.load("default"), tmp_path, "r1", kuberay_source="/src")
+    prepared = Environment(options)
+    prepared.cluster = Cluster("local", kubeconfig)
+    prepared.operator_spec, prepared.promised, prepared.notes = "spec", "promised", ["a note"]
+    prepared.source = SourceInstall("/src", "kuberay-system", {"RayCronJob": True}, tmp_path)
+    worker = Environment(options)
+    worker.attach(pickle.loads(pickle.dumps(prepared.snapshot())))  # as parallel.pack carries it
+    for name in ("cluster", "capabilities", "operator", "operator_spec", "promised", "source", "notes"):
+        assert getattr(worker, name) == getattr(prepared, name), name
+    assert worker.api is not None
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
 
 
 def test_a_lock_is_stale_only_after_its_holder_stopped_renewing_for_the_stated_time() -> None:
