@@ -184,6 +184,7 @@ def render(everything: dict) -> str:
     rows = [
         row("date", lambda r: r["date"]),
         row("selection", lambda r: r["selection"]),
+        row("kuberay", lambda r: r["versions"].get("kuberay", "")),
         row("workers used", lambda r: r["workers"]),
         row("wall time (s)", lambda r: r["wall_s"]),
         row("of which preparing (s)", lambda r: r["prepare_s"]),
@@ -209,9 +210,11 @@ def render(everything: dict) -> str:
             "## Parallel runs (`run --workers`)",
             "",
             f"Measured on {first['machine']} by `benchmarks/parallel_run.py`, one call per column, "
-            "the cluster kept between them (versions: "
-            + ", ".join(f"{k} {v}" for k, v in first["versions"].items())
-            + ").",
+            "the cluster kept between them (kubernetes "
+            + first["versions"].get("kubernetes", "")
+            + ", ray "
+            + first["versions"].get("ray", "")
+            + "; KubeRay per column).",
             "",
             head,
             rule,

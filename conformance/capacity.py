@@ -1,15 +1,18 @@
 """How many checks the cluster can hold at once: the worker count of `run --workers auto`.
 
-A typical check makes one RayCluster of a head and two workers, sized by the profile's
-`resources` (the pods' limits). From the allocatable CPU and memory of the nodes a Ray pod
-can land on, what running pods already request is taken off, and the rest is divided by
-what one check's pods may use. The result is at least 1 and at most MAX_WORKERS.
+A typical check makes one RayCluster of a head and two workers. Memory is counted by the
+profile's `resources` (the pods' limits): a pod over its limit is killed, whatever else runs.
+CPU is counted by what a running check keeps busy on average, one core (CORES_PER_CHECK), within
+the cores of the nodes a Ray pod can land on, and never beyond what the pods request
+(POD_REQUESTS, 100m each) leaves free. The result is at least 1 and at most MAX_WORKERS.
 
-CPU is counted by the limits, not by what the pods request (POD_REQUESTS, 100m each), though
-the checks mostly wait on KubeRay: measured on 2026-12-01 on the 2-core local provider,
-counting requests gave 5 workers, Ray heads then failed their liveness probes and were
-restarted, and RayJobs sat in Initializing until their waits ran out (benchmarks/README.md,
-"Parallel runs"). A starved machine must not pass for a misbehaving KubeRay.
+Not by the CPU limits (2 per check): the checks mostly wait on KubeRay (idle timeouts, TTLs,
+deadlines), and counting limits gave 1 worker on the 2-core machine CI runs on. Not by the
+requests alone either: on 2026-12-01 on that machine they gave 5 workers, Ray heads then failed
+their probes and RayJobs sat in Initializing until their waits ran out. With 2 workers (one per
+core) the whole main job on KubeRay 1.7.0 was conformant, 0 failed, 0 errors, with the machine's
+CPUs 59 % busy on average and at 95 % or more in 18 % of its seconds (2026-12-02;
+benchmarks/README.md, "Parallel runs"). A starved machine must not pass for a misbehaving KubeRay.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ from conformance.profiles import POD_REQUESTS, Profile
 
 WORKERS_PER_CHECK = 2  # Ray worker pods beside the head in a typical check
 MAX_WORKERS = 8  # each worker is a Python process of the harness on this machine too
+CORES_PER_CHECK = Decimal(1)  # a running check keeps less than this busy on average (measured, see above)
 
 
 @dataclass(frozen=True)
 class Room:
-    """Free CPU (cores) and memory (bytes) for the suites' pods."""
+    """Free CPU (cores) and memory (bytes) for the suites' pods, and all the cores they may use."""
 
-    cpu: Decimal
+    cpu: Decimal  # allocatable less what running pods request
     memory: Decimal
+    cores: Decimal  # allocatable, all of it
     source: str  # where the figures come from, for the line the CLI prints
 
 
@@ -49,9 +54,15 @@ def per_check(profile: Profile) -> tuple[Decimal, Decimal]:
     return cpu, memory
 
 
+def requested_per_check() -> Decimal:
+    """CPU cores the pods of a typical check request (the harness's manifests give every pod POD_REQUESTS)."""
+    return parse_quantity(POD_REQUESTS["cpu"]) * (1 + WORKERS_PER_CHECK)
+
+
 def workers_for(room: Room, profile: Profile) -> int:
-    cpu, memory = per_check(profile)
-    fits = min(room.cpu // cpu, room.memory // memory)
+    _, memory = per_check(profile)
+    by_cpu = min(room.cores // CORES_PER_CHECK, room.cpu // requested_per_check())
+    fits = min(by_cpu, room.memory // memory)
     return int(max(1, min(MAX_WORKERS, fits)))
 
 
@@ -61,6 +72,7 @@ def room_in_cluster(api: client.ApiClient) -> Room:
     nodes = [n for n in core.list_node().items if _takes_ray_pods(n)]
     cpu = sum((parse_quantity(n.status.allocatable.get("cpu", "0")) for n in nodes), Decimal(0))
     memory = sum((parse_quantity(n.status.allocatable.get("memory", "0")) for n in nodes), Decimal(0))
+    cores = cpu
     names = {n.metadata.name for n in nodes}
     running = "status.phase!=Succeeded,status.phase!=Failed"
     for pod in core.list_pod_for_all_namespaces(field_selector=running).items:
@@ -70,7 +82,7 @@ def room_in_cluster(api: client.ApiClient) -> Room:
             requests = (container.resources and container.resources.requests) or {}
             cpu -= parse_quantity(requests.get("cpu", "0"))
             memory -= parse_quantity(requests.get("memory", "0"))
-    return Room(cpu, memory, f"{len(nodes)} node(s) of the cluster, less what running pods request")
+    return Room(cpu, memory, cores, f"{len(nodes)} node(s) of the cluster, less what running pods request")
 
 
 def room_on_this_machine() -> Room:
@@ -78,7 +90,7 @@ def room_on_this_machine() -> Room:
     meminfo = Path("/proc/meminfo").read_text().split()
     total_kib = Decimal(meminfo[meminfo.index("MemTotal:") + 1])
     cores = Decimal(os.cpu_count() or 1)
-    return Room(cores, total_kib * 1024, "this machine (the local cluster is not up yet)")
+    return Room(cores, total_kib * 1024, cores, "this machine (the local cluster is not up yet)")
 
 
 def _takes_ray_pods(node: client.V1Node) -> bool:

@@ -195,9 +195,13 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
         click.echo("workers: 1 (auto: the cluster is not made yet, so its room is unknown)", err=True)
         return 1
     count = capacity.workers_for(room, environment.options.profile)
-    cpu, memory = capacity.per_check(environment.options.profile)
-    free = f"{room.cpu:.1f} CPU and {room.memory / 2**30:.1f} GiB free on {room.source}"
-    takes = f"a check's pods have limits of {cpu:.1f} CPU and {memory / 2**30:.1f} GiB"
+    _, memory = capacity.per_check(environment.options.profile)
+    free = f"{room.cpu:.1f} CPU and {room.memory / 2**30:.1f} GiB free"
+    free += f", {room.cores:.1f} cores, on {room.source}"
+    takes = (
+        f"a check keeps under {capacity.CORES_PER_CHECK} core busy and its pods have memory limits of "
+        f"{memory / 2**30:.1f} GiB"
+    )
     click.echo(f"workers: {count} (auto: {free}; {takes})", err=True)
     return count
 
@@ -247,8 +251,8 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
     type=WorkerCount(),
     default="auto",
     show_default=True,
-    help="Checks run at once (pytest-xdist workers). auto: what the cluster's free CPU and memory hold "
-    "of a head and two workers each, at least 1. Exclusive checks always run alone.",
+    help="Checks run at once (pytest-xdist workers). auto: one per core of the cluster's nodes, within "
+    "their free memory for a head and two workers each, at least 1. Exclusive checks always run alone.",
 )
 @click.option(
     "--wait-for-lock",

@@ -24,19 +24,25 @@ from conformance.report.summary import TestResult as Result
 GIB = Decimal(2**30)
 
 
-def test_auto_workers_divide_the_free_room_by_the_limits_of_a_head_and_two_workers() -> None:
-    profile = profiles.load("default")  # head 1 CPU 2Gi, workers 500m 1Gi: 2 CPU and 4 GiB per check
-    assert capacity.per_check(profile) == (Decimal(2), 4 * GIB)
-    assert capacity.workers_for(capacity.Room(Decimal("1.8"), 23 * GIB, "t"), profile) == 1  # here
-    assert capacity.workers_for(capacity.Room(Decimal(8), 24 * GIB, "t"), profile) == 4  # CPU bound
-    assert capacity.workers_for(capacity.Room(Decimal(16), 10 * GIB, "t"), profile) == 2  # memory bound
-    assert capacity.workers_for(capacity.Room(Decimal(0), 0 * GIB, "t"), profile) == 1  # never below 1
-    assert capacity.workers_for(capacity.Room(Decimal(64), 512 * GIB, "t"), profile) == capacity.MAX_WORKERS
+def test_auto_workers_are_one_per_core_within_free_memory_and_requests() -> None:
+    profile = profiles.load("default")  # head 2Gi, workers 1Gi: 4 GiB per check; 300m requested
+    assert capacity.per_check(profile)[1] == 4 * GIB
+    assert capacity.requested_per_check() == Decimal("0.3")
+
+    def room(free_cpu: str, memory_gib: int, cores: int) -> capacity.Room:
+        return capacity.Room(Decimal(free_cpu), memory_gib * GIB, Decimal(cores), "t")
+
+    assert capacity.workers_for(room("1.8", 23, 2), profile) == 2  # here: one per core
+    assert capacity.workers_for(room("8", 40, 8), profile) == 8  # CPU bound
+    assert capacity.workers_for(room("16", 10, 16), profile) == 2  # memory bound
+    assert capacity.workers_for(room("0.5", 40, 8), profile) == 1  # what running pods request
+    assert capacity.workers_for(room("0", 0, 0), profile) == 1  # never below 1
+    assert capacity.workers_for(room("64", 512, 64), profile) == capacity.MAX_WORKERS
 
 
 def test_room_on_this_machine_is_read_from_proc() -> None:
     room = capacity.room_on_this_machine()
-    assert room.cpu >= 1 and room.memory > GIB
+    assert room.cpu >= 1 and room.memory > GIB and room.cores == room.cpu
 
 
 def _hold(folder: str, name: str, exclusive: bool, log: str, seconds: float) -> None:
