@@ -323,6 +323,7 @@ def _kill(ray: Ray, head: Any, process: str, pid: str, restarts_before: int) -> 
 # -- GCS fault tolerance: the head's state in Redis ------------------------------------
 
 REDIS = "redis"
+FT_CLUSTER = "ft"  # the GCS fault-tolerant RayCluster of the checks below
 FT_NAMESPACE = "krc"  # the Ray namespace the detached actor and the Serve app live in
 
 # Before the head is lost: a detached actor with state, and a Serve app, both on the worker
@@ -436,10 +437,10 @@ def redis_outlives_the_cluster(ray: Ray, timeouts: Timeouts) -> Iterator[None]:
     check's verdict is already made."""
     yield
     with contextlib.suppress(Exception):
-        if any(c["metadata"]["name"] == "ft" for c in ray.list_fn("rayclusters")()["items"]):
-            ray.delete("rayclusters", "ft")
-            wait_gone(ray.list_fn("rayclusters"), what="RayCluster ft", timeout=timeouts.cleanup,
-                      field_selector="metadata.name=ft")  # fmt: skip
+        if any(c["metadata"]["name"] == FT_CLUSTER for c in ray.list_fn("rayclusters")()["items"]):
+            ray.delete("rayclusters", FT_CLUSTER)
+            wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {FT_CLUSTER}", timeout=timeouts.cleanup,
+                      field_selector=f"metadata.name={FT_CLUSTER}")  # fmt: skip
 
 
 def _ft_cluster(
@@ -449,14 +450,14 @@ def _ft_cluster(
     redis_pod = _start_redis(ray, profile, timeouts)
     values = {
         **cluster_values,
-        "name": "ft",
+        "name": FT_CLUSTER,
         "redis_address": f"{REDIS}:6379",
         "workers": [{"name": "small", "replicas": 1}],
     }
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
-    ray.wait_cluster_ready("ft", timeouts.ready)
-    _until_workers_alive(ray, "ft", timeouts.ready)
-    return "ft", redis_pod
+    ray.wait_cluster_ready(FT_CLUSTER, timeouts.ready)
+    _until_workers_alive(ray, FT_CLUSTER, timeouts.ready)
+    return FT_CLUSTER, redis_pod
 
 
 def _storage_namespace(pod: Any) -> str:
