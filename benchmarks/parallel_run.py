@@ -129,10 +129,11 @@ def exclusive_checks() -> set[str]:
 def phase_spans(allure_results: Path, exclusive: set[str]) -> dict[str, float]:
     """Wall seconds from the first start to the last end of the parallel and of the exclusive checks."""
     spans: dict[str, list[int]] = {"parallel": [], "exclusive": []}
+    alone = {_base(e) for e in exclusive}
     for path in allure_results.glob("*-result.json"):
         result = json.loads(path.read_text())
         name = result.get("fullName", result.get("name", "")).rsplit("#", 1)[-1]
-        phase = "exclusive" if _base(name) in {_base(e) for e in exclusive} else "parallel"
+        phase = "exclusive" if _base(name) in alone else "parallel"
         spans[phase] += [result["start"], result["stop"]]
     return {phase: round((max(ms) - min(ms)) / 1000, 1) for phase, ms in spans.items() if ms}
 
