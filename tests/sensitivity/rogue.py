@@ -24,6 +24,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from conformance import parallel
 from conformance.kube.sampling import own_client
 from conformance.plugin import RUN_KEY, RUN_LABEL
 
@@ -129,8 +130,22 @@ def _guarded(act: Callable[[Rogue], None], rogue: Rogue) -> None:
         rogue.acted(f"{FAILED_MARK}: {traceback.format_exc()}")
 
 
+# One rogue per run, in the process that prepared it: a serial run prepares as its collection ends,
+# a parallel run's controller as its session starts, before its workers get a check (each worker
+# has the prepared environment too, so starting there would run one rogue per worker).
 @pytest.hookimpl(trylast=True)  # after the conformance plugin has prepared the environment
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if parallel.is_controller(session.config):
+        _start(session)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if not parallel.is_controller(session.config) and not parallel.is_worker(session.config):
+        _start(session)
+
+
+def _start(session: pytest.Session) -> None:
     run = session.config.stash.get(RUN_KEY, None)
     target = os.environ.get(ROGUE_ENV, "")
     if run is None or not target or run.environment.api is None:
