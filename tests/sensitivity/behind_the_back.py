@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from .rogue import Rogue
 
@@ -25,7 +26,9 @@ def drop_crd_fields(rogue: Rogue, plural: str, paths: list[list[str]], probe: di
     name = f"{plural}.{RAY_GROUP}"
     crd = ext.read_custom_resource_definition(name)
     index = next(i for i, v in enumerate(crd.spec.versions) if v.name == "v1")
+    schema = rogue.api.sanitize_for_serialization(crd.spec.versions[index].schema.open_apiv3_schema)
     patch = [{"op": "remove", "path": _json_path(index, path)} for path in paths]
+    patch += [op for path in paths for op in _unrequire(index, schema, path)]
     ext.patch_custom_resource_definition(name, patch, _content_type="application/json-patch+json")
     rogue.acted(f"removed {[_dotted(p) for p in paths]} from the v1 schema of CRD {name}")
     _wait_pruned(rogue, plural, paths, probe)
@@ -35,6 +38,21 @@ def _json_path(version: int, path: list[str]) -> str:
     parts = [f"/spec/versions/{version}/schema/openAPIV3Schema/properties/spec"]
     parts += ["/items" if part == "*" else f"/properties/{part}" for part in path]
     return "".join(parts)
+
+
+def _unrequire(version: int, schema: dict[str, Any], path: list[str]) -> list[dict[str, Any]]:
+    """The patch that takes the field at `path` out of its parent's `required` list, if listed
+    there: a schema that predates a field never requires it, and a removed field still required
+    would refuse every create."""
+    parent = schema["properties"]["spec"]
+    for part in path[:-1]:
+        parent = parent["items"] if part == "*" else parent["properties"][part]
+    required = parent.get("required") or []
+    if path[-1] not in required:
+        return []
+    where = _json_path(version, path[:-1]) + "/required"
+    kept = [field for field in required if field != path[-1]]
+    return [{"op": "replace", "path": where, "value": kept} if kept else {"op": "remove", "path": where}]
 
 
 def _dotted(path: list[str]) -> str:
@@ -111,3 +129,17 @@ def drop_rbac(rogue: Rogue, kind: str, name: str, resource: str, verb: str = "")
     else:
         rbac.replace_namespaced_role(name, rogue.operator_namespace, role)
     rogue.acted(f"removed {verb or 'every verb'} on {resource} from {kind} {name}")
+
+
+def set_last_schedule_time(rogue: Rogue, meta: dict[str, Any], when: str) -> bool:
+    """Write a RayCronJob's status.lastScheduleTime as its controller would; False when it is gone."""
+    try:
+        rogue.custom.patch_namespaced_custom_object_status(
+            RAY_GROUP, "v1", meta["namespace"], "raycronjobs", meta["name"],
+            {"status": {"lastScheduleTime": when}}, _content_type="application/merge-patch+json",
+        )  # fmt: skip
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return False
+    return True

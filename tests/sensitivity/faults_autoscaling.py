@@ -33,6 +33,16 @@ def stale_crd_without_idle_timeouts(rogue: Rogue) -> None:
     drop_crd_fields(rogue, "rayclusters", IDLE_TIMEOUTS, probe("RayCluster", spec))
 
 
+@before_checks
+def stale_crd_without_max_replicas(rogue: Rogue) -> None:
+    """A RayCluster CRD without a group's maxReplicas (hand-trimmed): the API server drops it, so
+    KubeRay's validation never sees a minReplicas above it and an autoscaled cluster is accepted
+    (KubeRay reads a missing maxReplicas as unbounded)."""
+    spec = raycluster_spec(minReplicas=3, maxReplicas=1)
+    path = ["workerGroupSpecs", "*", "maxReplicas"]
+    drop_crd_fields(rogue, "rayclusters", [path], probe("RayCluster", spec))
+
+
 def autoscaler_role_without_raycluster_patch(rogue: Rogue) -> None:
     """Each autoscaler Role KubeRay makes in the run loses `patch` on rayclusters as soon as it
     appears. KubeRay only creates that Role when it is missing and never puts a rule back, so the
@@ -144,6 +154,15 @@ FAULTS = [
             "test_gpu.py::test_group_resources_and_ray_start_gpus_together_are_rejected",
         ),
         evidence=("InvalidRayClusterSpec", "scales back to 0"),
+    ),
+    Fault(
+        name="max-replicas-dropped-by-a-stale-crd",
+        area="autoscaling",
+        misbehaviour="a worker group whose minReplicas is above its maxReplicas is accepted and gets pods",
+        rogue=stale_crd_without_max_replicas,
+        catches=(INVALID_MIN_ABOVE_MAX,),
+        bystanders=(INVALID_GROUP_IDLE_TIMEOUT,),
+        evidence="InvalidRayClusterSpec",
     ),
     Fault(
         name="multi-host-replica-split-in-two",

@@ -9,7 +9,7 @@ from kubernetes.client.exceptions import ApiException
 
 from conformance.install import kuberay
 
-from .behind_the_back import RAY_GROUP, drop_rbac
+from .behind_the_back import RAY_GROUP, drop_rbac, set_last_schedule_time
 from .faults import Fault
 from .rogue import Rogue, before_checks
 
@@ -58,16 +58,8 @@ def schedule_raycronjobs_whatever_the_gate(rogue: Rogue) -> None:
         if cron.get("status", {}).get("lastScheduleTime"):
             continue
         tick = datetime.now(UTC).replace(second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            rogue.custom.patch_namespaced_custom_object_status(
-                RAY_GROUP, "v1", meta["namespace"], "raycronjobs", meta["name"],
-                {"status": {"lastScheduleTime": tick}}, _content_type="application/merge-patch+json",
-            )  # fmt: skip
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            continue
-        rogue.acted(f"marked RayCronJob {meta['namespace']}/{meta['name']} scheduled at {tick}")
+        if set_last_schedule_time(rogue, meta, tick):
+            rogue.acted(f"marked RayCronJob {meta['namespace']}/{meta['name']} scheduled at {tick}")
 
 
 @before_checks

@@ -72,6 +72,16 @@ def stale_crd_without_status_conditions(rogue: Rogue) -> None:
             rogue.acted(f"RayCluster {cluster['metadata']['name']} is ready with no conditions")
 
 
+@before_checks
+def stale_crd_without_head_start_params(rogue: Rogue) -> None:
+    """A RayCluster CRD without the head's rayStartParams (hand-trimmed): the API server drops the
+    head's num-cpus "0", so KubeRay gives the head the CPU of its container limit and tasks meant
+    for workers can run on it."""
+    spec = raycluster_spec()
+    spec["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}
+    drop_crd_fields(rogue, "rayclusters", [["headGroupSpec", "rayStartParams"]], probe("RayCluster", spec))
+
+
 # -- owner references ---------------------------------------------------------------------
 
 OWNER_KIND = "RayCluster"
@@ -198,6 +208,16 @@ FAULTS = [
         catches=(RAYCLUSTER + "test_num_of_hosts_two_gives_replicas_times_two_pods",),
         bystanders=(RAYCLUSTER + "test_head_only_cluster_becomes_ready",),
         evidence="numOfHosts 2 made",
+    ),
+    Fault(
+        name="head-start-params-dropped-by-a-stale-crd",
+        area="raycluster",
+        misbehaviour="the head offers CPU although its rayStartParams set num-cpus 0, so a task that "
+        "needs a worker runs on the head",
+        rogue=stale_crd_without_head_start_params,
+        catches=(RAYCLUSTER + "test_a_task_submitted_through_the_head_runs_on_a_worker",),
+        bystanders=(RAYCLUSTER + "test_head_only_cluster_becomes_ready",),
+        evidence="task ran on",
     ),
     Fault(
         name="status-conditions-dropped-by-a-stale-crd",
