@@ -28,6 +28,36 @@ def _sensitivity():
         sys.path.remove(str(TESTS))
 
 
+def _behind_the_back():
+    sys.path.insert(0, str(TESTS))
+    try:
+        from sensitivity import behind_the_back  # noqa: PLC0415
+
+        return behind_the_back
+    finally:
+        sys.path.remove(str(TESTS))
+
+
+def test_a_field_dropped_from_a_crd_is_no_longer_required_by_its_parent() -> None:
+    """A stale schema never requires a field it lacks; one still required would refuse every create."""
+    btb = _behind_the_back()
+    group = {"required": ["groupName", "maxReplicas", "template"], "properties": {"maxReplicas": {}}}
+    only = {"required": ["template"], "properties": {"template": {}, "rayStartParams": {}}}
+    schema = {"properties": {"spec": {"properties": {
+        "workerGroupSpecs": {"items": group}, "headGroupSpec": only, "suspend": {},
+    }}}}  # fmt: skip
+    base = "/spec/versions/1/schema/openAPIV3Schema/properties/spec"
+    assert btb._unrequire(1, schema, ["workerGroupSpecs", "*", "maxReplicas"]) == [
+        {"op": "replace", "path": f"{base}/properties/workerGroupSpecs/items/required",
+         "value": ["groupName", "template"]},
+    ]  # fmt: skip
+    assert btb._unrequire(1, schema, ["headGroupSpec", "rayStartParams"]) == []  # never required
+    assert btb._unrequire(1, schema, ["headGroupSpec", "template"]) == [
+        {"op": "remove", "path": f"{base}/properties/headGroupSpec/required"},  # no empty list left
+    ]
+    assert btb._unrequire(1, schema, ["suspend"]) == []  # spec itself requires nothing here
+
+
 def test_a_check_selects_and_matches_its_parametrizations() -> None:
     faults, _ = _sensitivity()
     check = faults.Check.parse("test_rayjob_lifecycle.py::test_job_moves[K8sJobMode]")
