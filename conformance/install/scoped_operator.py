@@ -4,7 +4,9 @@ Checks use it where they need an operator configured differently from the instal
 feature gate on, `--watch-namespace`) without touching the installed one, which other checks
 (and other people) rely on. It runs the installed operator's image, so its version is the
 version under test, with the chart's arguments for that version except: watch namespaces,
-no leader election, the gates asked for.
+no leader election, and the installed operator's own `--feature-gates` with the gates asked for
+on top (not the chart's defaults for the version: a build from source may claim a version whose
+chart names gates its binary does not know, and an unknown gate makes the operator exit).
 """
 
 from __future__ import annotations
@@ -31,19 +33,23 @@ class ScopedOperator:
     watch_namespaces: tuple[str, ...]
     image: str
     version: str  # the installed operator's, read back from its image
-    feature_gates: dict[str, bool] = field(default_factory=dict, hash=False)  # beyond the chart's
+    feature_gates: dict[str, bool] = field(default_factory=dict, hash=False)  # set on top of installed_gates
+    installed_gates: dict[str, bool] = field(default_factory=dict, hash=False)  # the installed one's flag
 
     @property
     def selector(self) -> str:
         return f"app.kubernetes.io/name={self.name}"
 
     def args(self) -> list[str]:
+        gates = {**self.installed_gates, **self.feature_gates}
         spec = kuberay.OperatorSpec(
             version=self.version,
             namespace=self.namespace,
+            feature_gates=gates,
             watch_namespaces=self.watch_namespaces,
             leader_election=False,
-        ).with_gates(**self.feature_gates)
+            known_gates=tuple(gates),  # the installed binary runs with them; the rest are asked for
+        )
         return kuberay.chart_args(spec)
 
     def objects(self, rules: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -243,6 +243,7 @@ def cron_setup(
             image=facts.image,
             version=facts.version,
             feature_gates={"RayCronJob": True},
+            installed_gates=facts.feature_gates,
         )
         scoped_operator.start(api, operator, timeouts.ready)
         setup = CronSetup(operator, Ray(api, module_namespace), Ray(api, other))

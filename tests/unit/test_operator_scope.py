@@ -150,6 +150,22 @@ def test_scoped_operator_gets_roles_only_and_no_leader_election() -> None:
     assert labels == {"app.kubernetes.io/name": "kuberay-operator-scoped"}  # never the shared one's
 
 
+def test_scoped_operator_runs_the_installed_operators_gates_not_the_charts() -> None:
+    """A checkout claiming v1.7.0 may be an older tree: 1.7.0's chart gate RayClusterMTLS would make
+    its binary exit with "unrecognized feature gate"."""
+    operator = ScopedOperator(
+        name="scoped",
+        namespace="ops",
+        watch_namespaces=("ops",),
+        image="img:v1.7.0-src.abc",
+        version="v1.7.0",
+        feature_gates={"RayCronJob": True},
+        installed_gates={"RayServiceIncrementalUpgrade": True, "RayCronJob": False},
+    )
+    (gates,) = [a for a in operator.args() if a.startswith("--feature-gates=")]
+    assert gates == "--feature-gates=RayServiceIncrementalUpgrade=true,RayCronJob=true"
+
+
 def test_raycronjob_template_is_suspended_and_shuts_down() -> None:
     values = {
         "name": "c",
