@@ -4,6 +4,7 @@ A fault comes into a conformance run through the run itself, since every run re-
 operator while it prepares (a change made beforehand would be undone):
 - `env`, `extra_args`, `feature_gates`, `version`: written into a copy of the default profile
   (`kuberay.env`, `kuberay.extra_args`, ...), so the run installs the misconfigured operator;
+- `claimed_version`: the run installs an older operator from source that claims a newer version;
 - `rogue`: a function run inside the run's process once it has prepared (see rogue.py), acting
   on the cluster behind the operator's back (patching, deleting, scaling what KubeRay made).
 
@@ -60,6 +61,10 @@ class Fault:
     extra_args: tuple[str, ...] = ()  # kuberay.extra_args
     feature_gates: dict[str, bool] = field(default_factory=dict)  # on top of the default profile's
     version: str = ""  # an older operator (kuberay.version)
+    # The newest served operator module (runner.OLDER_MODULE) built as a --kuberay-source checkout
+    # that claims to be this version: an older operator where a newer one is promised, so the
+    # checks of the newer version's behaviour run on one that lacks it.
+    claimed_version: str = ""
     rogue: Callable[[Any], None] | None = None  # acts behind the operator's back (rogue.py)
     run_args: tuple[str, ...] = ()  # more CLI arguments, e.g. ("--timeout", "ready=90")
     expect: str = "failed"  # or "not_applicable": a seeded missing precondition
@@ -86,6 +91,11 @@ class Fault:
         parts += [f"arg {a}" for a in self.extra_args]
         parts += [f"gate {k}={str(v).lower()}" for k, v in self.feature_gates.items()]
         parts += [f"operator {self.version}"] if self.version else []
+        parts += (
+            [f"operator v1.6.2 from source, claimed as {self.claimed_version}"]
+            if self.claimed_version
+            else []
+        )
         parts += [f"rogue {self.rogue.__name__}"] if self.rogue else []
         return ", ".join(parts)
 

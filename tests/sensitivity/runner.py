@@ -11,6 +11,7 @@ import copy
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from kubernetes import client, config
 
 from conformance import profiles
 from conformance.environment import Environment, RunOptions
+from conformance.install import kuberay
 from conformance.providers.local.provider import LocalProvider
 
 from .faults import Fault, target
@@ -36,6 +38,8 @@ PLUGIN_PATH = Path(__file__).resolve().parents[1]
 LOCK_ENV = "KRC_CLUSTER_LOCK"
 RUNS = ROOT / "reports" / "sensitivity"
 HEALTHY_PROFILE = "default"
+# The newest ray-operator release the Go module proxy serves here (1.7.0's source it refuses).
+OLDER_MODULE = "v1.6.2"
 INTERRUPTED_RUN_CLEANUP_S = 300  # an interrupted run deletes its namespaces (Ray pods: 30 s grace)
 
 
@@ -98,6 +102,13 @@ def run(fault: Fault, where: Path) -> Observed:
         sys.executable, "-m", "conformance.cli", "run", "--profile", str(profile), "-k", fault.keyword(),
         "--keep-cluster", "--run-dir", str(run_dir), *fault.run_args,
     ]  # fmt: skip
+    if fault.claimed_version:
+        command += [
+            "--kuberay-source",
+            str(older_checkout(where)),
+            "--kuberay-version",
+            fault.claimed_version,
+        ]
     with cluster_lock():
         started = time.monotonic()
         done = _run_to_its_end(command, env)
@@ -116,6 +127,16 @@ def run(fault: Fault, where: Path) -> Observed:
         rogue_log=rogue_log.read_text().splitlines() if rogue_log.exists() else [],
         seeded_operator=seeded_operator,
     )
+
+
+def older_checkout(where: Path) -> Path:
+    """The OLDER_MODULE operator module laid out as a checkout (ray-operator/ only, kustomize), as
+    `--kuberay-source` takes one; the module cache's files are read-only, the copy's are not."""
+    checkout = where / "older-kuberay"
+    shutil.copytree(kuberay.module_dir(OLDER_MODULE), checkout / "ray-operator")
+    for path in [checkout, *checkout.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    return checkout
 
 
 def _run_to_its_end(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -160,11 +181,8 @@ def _operator_container() -> dict[str, Any]:
     """The env and args of the operator container that runs now."""
     api = config.new_client_from_config(str(LocalProvider().cluster().kubeconfig))
     namespace = profiles.load(HEALTHY_PROFILE).kuberay.namespace
-    (deployment,) = (
-        client.AppsV1Api(api)
-        .list_namespaced_deployment(namespace, label_selector="app.kubernetes.io/name=kuberay-operator")
-        .items
-    )
+    # By name: a kustomize install from source labels it otherwise than the chart.
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(kuberay.NAME, namespace)
     container = deployment.spec.template.spec.containers[0]
     return {
         "image": container.image,

@@ -65,6 +65,11 @@ def _seed_took_effect(fault: Fault, observed: runner.Observed) -> None:
         assert operator["image"].endswith(fault.version), (
             f"the run's operator is not {fault.version}: {operator}"
         )
+    if fault.claimed_version:
+        tag = f":{fault.claimed_version}-src."  # kuberay_source.image_tag: the claimed version, a tree
+        assert tag in operator["image"], (
+            f"the run's operator is not a checkout claiming {fault.claimed_version}: {operator}"
+        )
     if fault.rogue:
         broken = [line for line in observed.rogue_log if line.startswith(FAILED_MARK)]
         assert not broken, f"the rogue broke: {broken}"
