@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 SUITES = "conformance/suites/"
+# The newest ray-operator release the Go module proxy serves here (it refuses 1.7.0's source): what
+# a `claimed_version` fault builds (runner.older_checkout).
+OLDER_MODULE = "v1.6.2"
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Fault:
     extra_args: tuple[str, ...] = ()  # kuberay.extra_args
     feature_gates: dict[str, bool] = field(default_factory=dict)  # on top of the default profile's
     version: str = ""  # an older operator (kuberay.version)
-    # The newest served operator module (runner.OLDER_MODULE) built as a --kuberay-source checkout
+    # The OLDER_MODULE operator module built as a --kuberay-source checkout
     # that claims to be this version: an older operator where a newer one is promised, so the
     # checks of the newer version's behaviour run on one that lacks it.
     claimed_version: str = ""
@@ -91,11 +94,8 @@ class Fault:
         parts += [f"arg {a}" for a in self.extra_args]
         parts += [f"gate {k}={str(v).lower()}" for k, v in self.feature_gates.items()]
         parts += [f"operator {self.version}"] if self.version else []
-        parts += (
-            [f"operator v1.6.2 from source, claimed as {self.claimed_version}"]
-            if self.claimed_version
-            else []
-        )
+        if self.claimed_version:
+            parts.append(f"operator {OLDER_MODULE} from source, claimed as {self.claimed_version}")
         parts += [f"rogue {self.rogue.__name__}"] if self.rogue else []
         return ", ".join(parts)
 

@@ -82,6 +82,18 @@ def head_restart_disabled(rogue: Rogue) -> None:
         rogue.acted(f"annotated RayCluster {meta['namespace']}/{meta['name']} {NO_HEAD_RESTART}=true")
 
 
+def _operator_paused_while_a_rayjob_runs(name: str, then: str, check: str, evidence: str) -> Fault:
+    return Fault(
+        name=name,
+        area="fault-recovery",
+        misbehaviour=f"the operator stops reconciling while a RayJob runs: {then}",
+        rogue=stop_operator_while_a_rayjob_runs,
+        catches=(RECOVERY + check,),
+        run_args=("--timeout", "ready=120"),  # healthy: a killed operator's successor finished in 46-130 s
+        evidence=evidence,
+    )
+
+
 FAULTS = [
     Fault(
         name="gcs-ft-redis-not-cleaned",
@@ -114,38 +126,26 @@ FAULTS = [
         run_args=("--timeout", "ready=90"),  # a new head is Ready within about 30 s here
         evidence=("replaced by a Ready one", "new head"),
     ),
-    Fault(
-        name="operator-stops-while-a-rayjob-runs",
-        area="fault-recovery",
-        misbehaviour="the operator stops reconciling while a RayJob runs: a lost worker is never replaced, "
-        "so a job that needs it never completes",
-        rogue=stop_operator_while_a_rayjob_runs,
-        catches=(RECOVERY + "test_running_job_with_task_retries_completes_despite_a_lost_worker",),
-        run_args=("--timeout", "ready=120"),
-        evidence="completes after losing its worker",
+    # One fault per RayJob check: side by side, the first RayJob to run pauses the operator for
+    # the others too, which then fail (or, the operator-killed check, err finding a Ready operator
+    # pod to kill) before their own loss is seeded.
+    _operator_paused_while_a_rayjob_runs(
+        "operator-stops-while-a-rayjob-runs",
+        "a lost worker is never replaced, so a job that needs it never completes",
+        "test_running_job_with_task_retries_completes_despite_a_lost_worker",
+        "completes after losing its worker",
     ),
-    Fault(
-        # Each RayJob check has a fault of its own: run side by side, the first RayJob to run
-        # pauses the operator for the other too, which then fails before its own loss is seeded.
-        name="operator-stops-while-a-rayjob-loses-its-head",
-        area="fault-recovery",
-        misbehaviour="the operator stops reconciling while a RayJob runs: a RayJob that loses its head "
-        "stays Running for ever (#3903)",
-        rogue=stop_operator_while_a_rayjob_runs,
-        catches=(RECOVERY + "test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status",),
-        run_args=("--timeout", "ready=120"),
-        evidence="never stuck non-terminal",
+    _operator_paused_while_a_rayjob_runs(
+        "operator-stops-while-a-rayjob-loses-its-head",
+        "a RayJob that loses its head stays Running for ever (#3903)",
+        "test_rayjob_that_loses_its_head_mid_run_reaches_a_terminal_status",
+        "never stuck non-terminal",
     ),
-    Fault(
-        # A fault of its own too: beside the checks above, another check's RayJob paused the
-        # operator before this one found a Ready operator pod to kill (an `error`, as it should be).
-        name="operator-successor-stops-while-a-rayjob-runs",
-        area="fault-recovery",
-        misbehaviour="the successor of a killed operator stops reconciling once the RayJob runs under it, "
-        "so the RayJob is never finished",
-        rogue=stop_operator_while_a_rayjob_runs,
-        catches=(RECOVERY + "test_operator_killed_while_reconciling_resumes_without_duplicates",),
-        run_args=("--timeout", "ready=120"),  # healthy: a successor finished 46-130 s after the kill
-        evidence="new operator leader finishes",
+    _operator_paused_while_a_rayjob_runs(
+        "operator-successor-stops-while-a-rayjob-runs",
+        "the successor of a killed operator stops too once the RayJob runs under it, so the RayJob is "
+        "never finished",
+        "test_operator_killed_while_reconciling_resumes_without_duplicates",
+        "new operator leader finishes",
     ),
 ]

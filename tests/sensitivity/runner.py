@@ -28,7 +28,7 @@ from conformance.environment import Environment, RunOptions
 from conformance.install import kuberay
 from conformance.providers.local.provider import LocalProvider
 
-from .faults import Fault, target
+from .faults import OLDER_MODULE, Fault, target
 from .rogue import LOG_ENV, ROGUE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +38,6 @@ PLUGIN_PATH = Path(__file__).resolve().parents[1]
 LOCK_ENV = "KRC_CLUSTER_LOCK"
 RUNS = ROOT / "reports" / "sensitivity"
 HEALTHY_PROFILE = "default"
-# The newest ray-operator release the Go module proxy serves here (1.7.0's source it refuses).
-OLDER_MODULE = "v1.6.2"
 INTERRUPTED_RUN_CLEANUP_S = 300  # an interrupted run deletes its namespaces (Ray pods: 30 s grace)
 
 

@@ -21,26 +21,16 @@ TESTS = Path(__file__).resolve().parents[1]
 def _sensitivity():
     sys.path.insert(0, str(TESTS))
     try:
-        from sensitivity import faults, runner  # noqa: PLC0415
+        from sensitivity import behind_the_back, faults, runner  # noqa: PLC0415
 
-        return faults, runner
-    finally:
-        sys.path.remove(str(TESTS))
-
-
-def _behind_the_back():
-    sys.path.insert(0, str(TESTS))
-    try:
-        from sensitivity import behind_the_back  # noqa: PLC0415
-
-        return behind_the_back
+        return faults, runner, behind_the_back
     finally:
         sys.path.remove(str(TESTS))
 
 
 def test_a_field_dropped_from_a_crd_is_no_longer_required_by_its_parent() -> None:
     """A stale schema never requires a field it lacks; one still required would refuse every create."""
-    btb = _behind_the_back()
+    *_, btb = _sensitivity()
     group = {"required": ["groupName", "maxReplicas", "template"], "properties": {"maxReplicas": {}}}
     only = {"required": ["template"], "properties": {"template": {}, "rayStartParams": {}}}
     schema = {"properties": {"spec": {"properties": {
@@ -59,7 +49,7 @@ def test_a_field_dropped_from_a_crd_is_no_longer_required_by_its_parent() -> Non
 
 
 def test_a_check_selects_and_matches_its_parametrizations() -> None:
-    faults, _ = _sensitivity()
+    faults, *_ = _sensitivity()
     check = faults.Check.parse("test_rayjob_lifecycle.py::test_job_moves[K8sJobMode]")
     assert check.keyword() == "(test_job_moves and K8sJobMode)"
     assert check.matches("conformance/suites/test_rayjob_lifecycle.py::test_job_moves[K8sJobMode-ray2.58.0]")
@@ -74,7 +64,7 @@ def test_a_check_selects_and_matches_its_parametrizations() -> None:
 
 
 def test_every_fault_names_existing_checks_and_loads_as_a_profile(tmp_path: Path) -> None:
-    faults, runner = _sensitivity()
+    faults, runner, _ = _sensitivity()
     suites = Path(__file__).resolve().parents[2] / "conformance" / "suites"
     found = faults.all_faults()
     assert {f.area for f in found} >= {"raycluster", "rayjob", "fault-recovery", "security"}
