@@ -12,6 +12,7 @@ OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberay-operator"
 # KubeRay's own annotation (utils.DisableProvisionedHeadRestartAnnotationKey, v1.6+): it puts it on
 # the clusters of SidecarMode RayJobs, and then never recreates a lost head once provisioned.
 NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
+KILLED_PROCESS = RECOVERY + "test_head_whose_ray_process_was_killed_is_replaced_and_workers_rejoin"
 
 
 def stop_operator_once_a_cluster_is_ready(rogue: Rogue) -> None:
@@ -122,9 +123,17 @@ FAULTS = [
         catches=(
             RECOVERY + "test_deleted_head_is_replaced_and_workers_rejoin",
             RECOVERY + "test_gcs_ft_detached_actor_and_serve_app_survive_head_loss",
+            # KubeRay still deletes the head whose Ray container ended, and then makes no new one.
+            KILLED_PROCESS + "[gcs_server]",
+            KILLED_PROCESS + "[raylet]",
         ),
         run_args=("--timeout", "ready=90"),  # a new head is Ready within about 30 s here
-        evidence=("replaced by a Ready one", "new head"),
+        evidence=(
+            "replaced by a Ready one",
+            "new head",
+            "KubeRay replaces the head",
+            "KubeRay replaces the head",
+        ),
     ),
     # One fault per RayJob check: side by side, the first RayJob to run pauses the operator for
     # the others too, which then fail (or, the operator-killed check, err finding a Ready operator
