@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import checkouts
 import pytest
 import urllib3
 from kubernetes import client, config
@@ -106,7 +107,7 @@ def namespace(core: client.CoreV1Api) -> Iterator[str]:
 def real_checkout() -> Path:
     """A KubeRay checkout named by KRC_KUBERAY_CHECKOUT (none is committed), for the Helm-chart
     path of --kuberay-source; the tests that need one are skipped, with that reason, without it."""
-    path = os.environ.get("KRC_KUBERAY_CHECKOUT", "")
-    if not path:
-        pytest.skip("KRC_KUBERAY_CHECKOUT names no KubeRay checkout (e.g. one at tag ray-operator/v1.7.0)")
-    return Path(path)
+    path = checkouts.named_checkout()
+    if path is None:
+        pytest.skip(checkouts.NO_CHECKOUT)
+    return path

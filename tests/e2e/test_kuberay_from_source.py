@@ -13,10 +13,10 @@ Each leaves the shared operator installed the default way (local-build), as othe
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
+import checkouts
 import pytest
 from cli_runs import run_cli
 from kubernetes import client, config
@@ -29,7 +29,7 @@ from conformance.providers.base import Cluster
 from conformance.providers.local.provider import LocalProvider
 
 NAMESPACE = load("default").kuberay.namespace
-MODULE_VERSION = "v1.6.2"
+MODULE_VERSION = checkouts.OLDER_MODULE
 # The operator checks that read what runs, and one that makes a RayCluster and waits until Ready.
 CHECKS = (
     "crds_are_served or feature_gates_match or leader_election or served_crds_match "
@@ -72,12 +72,7 @@ def cluster_api(local_cluster: Cluster) -> client.ApiClient:
 @pytest.fixture
 def module_checkout(tmp_path: Path) -> Path:
     """The v1.6.2 module laid out as a checkout: ray-operator/ only, no .git, no chart."""
-    module = kuberay.module_dir(MODULE_VERSION)
-    checkout = tmp_path / "kuberay"
-    shutil.copytree(module, checkout / "ray-operator")
-    for path in [checkout, *checkout.rglob("*")]:
-        path.chmod(path.stat().st_mode | 0o200)  # the module cache's files are read-only
-    return checkout
+    return checkouts.module_as_checkout(MODULE_VERSION, tmp_path)
 
 
 def test_a_checkout_without_a_chart_is_built_and_deployed_with_kustomize(

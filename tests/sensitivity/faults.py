@@ -5,6 +5,7 @@ operator while it prepares (a change made beforehand would be undone):
 - `env`, `extra_args`, `feature_gates`, `version`: written into a copy of the default profile
   (`kuberay.env`, `kuberay.extra_args`, ...), so the run installs the misconfigured operator;
 - `claimed_version`: the run installs an older operator from source that claims a newer version;
+- `on_checkout`: the run installs the KubeRay checkout the user names (KRC_KUBERAY_CHECKOUT);
 - `rogue`: a function run inside the run's process once it has prepared (see rogue.py), acting
   on the cluster behind the operator's back (patching, deleting, scaling what KubeRay made).
 
@@ -20,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkouts import OLDER_MODULE  # what a `claimed_version` fault builds
+
 SUITES = "conformance/suites/"
-# The newest ray-operator release the Go module proxy serves here (it refuses 1.7.0's source): what
-# a `claimed_version` fault builds (runner.older_checkout).
-OLDER_MODULE = "v1.6.2"
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,9 @@ class Fault:
     # that claims to be this version: an older operator where a newer one is promised, so the
     # checks of the newer version's behaviour run on one that lacks it.
     claimed_version: str = ""
+    # Run on the KubeRay checkout KRC_KUBERAY_CHECKOUT names (--kuberay-source), for checks that
+    # need what only a checkout gives: its Helm chart, and an installable previous minor.
+    on_checkout: bool = False
     rogue: Callable[[Any], None] | None = None  # acts behind the operator's back (rogue.py)
     run_args: tuple[str, ...] = ()  # more CLI arguments, e.g. ("--timeout", "ready=90")
     expect: str = "failed"  # or "not_applicable": a seeded missing precondition
@@ -96,6 +99,7 @@ class Fault:
         parts += [f"operator {self.version}"] if self.version else []
         if self.claimed_version:
             parts.append(f"operator {OLDER_MODULE} from source, claimed as {self.claimed_version}")
+        parts += ["on the KRC_KUBERAY_CHECKOUT checkout"] if self.on_checkout else []
         parts += [f"rogue {self.rogue.__name__}"] if self.rogue else []
         return ", ".join(parts)
 

@@ -11,6 +11,7 @@ from conformance.install import kuberay
 
 from .behind_the_back import RAY_GROUP, drop_rbac, set_last_schedule_time
 from .faults import Fault
+from .faults_rayservice import stale_spec_hash_on_changes_that_keep_the_cluster
 from .rogue import Rogue, before_checks
 
 OPERATOR = "test_operator.py::"
@@ -153,5 +154,16 @@ FAULTS = [
         catches=(OPERATOR + "test_raycronjob_with_the_gate_off_creates_no_rayjob",),
         bystanders=(OPERATOR + "test_crds_are_served_at_v1_and_v1alpha1_is_kept",),
         evidence="the RayCronJob was scheduled",
+    ),
+    Fault(
+        name="operator-upgrade-makes-a-new-rayservice-cluster",
+        area="operator",
+        misbehaviour="upgrading the operator from the previous minor makes KubeRay build a new RayCluster "
+        "for a RayService (its cluster-spec hash no longer matches), as in #2177",
+        rogue=stale_spec_hash_on_changes_that_keep_the_cluster,
+        # Only a checkout's run has the previous minor to upgrade from (the module build is that minor).
+        on_checkout=True,
+        catches=(OPERATOR + "test_operator_upgrade_keeps_pods_and_serving_without_failed_requests",),
+        evidence="after the operator upgrade",
     ),
 ]

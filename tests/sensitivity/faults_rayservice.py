@@ -11,7 +11,6 @@ from .faults import Fault
 from .rogue import Rogue, before_checks, side_by_side
 
 RAYSERVICE = "test_rayservice.py::"
-OPERATOR = "test_operator.py::"
 OPERATOR_CLUSTER_ROLE = "kuberay-operator"
 READY = RAYSERVICE + "test_rayservice_becomes_ready_and_answers_through_the_gateway"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
@@ -120,11 +119,8 @@ FAULTS = [
         misbehaviour="a serve-config-only change, or an operator upgrade, makes KubeRay build a new "
         "RayCluster for the RayService (its cluster-spec hash no longer matches)",
         rogue=stale_spec_hash_on_changes_that_keep_the_cluster,
-        catches=(
-            RAYSERVICE + "test_serve_config_change_is_applied_in_place_without_failed_requests",
-            OPERATOR + "test_operator_upgrade_keeps_pods_and_serving_without_failed_requests",
-        ),
-        evidence=("serve-config-only change", "after the operator upgrade"),
+        catches=(RAYSERVICE + "test_serve_config_change_is_applied_in_place_without_failed_requests",),
+        evidence="serve-config-only change",
     ),
     Fault(
         name="incremental-upgrade-dropped-by-a-stale-crd",

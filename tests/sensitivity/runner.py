@@ -11,7 +11,6 @@ import copy
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import checkouts
 import yaml
+from checkouts import OLDER_MODULE
 from kubernetes import client, config
 
 from conformance import profiles
@@ -28,7 +29,7 @@ from conformance.environment import Environment, RunOptions
 from conformance.install import kuberay
 from conformance.providers.local.provider import LocalProvider
 
-from .faults import OLDER_MODULE, Fault, target
+from .faults import Fault, target
 from .rogue import LOG_ENV, ROGUE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,10 +101,12 @@ def run(fault: Fault, where: Path) -> Observed:
         sys.executable, "-m", "conformance.cli", "run", "--profile", str(profile), "-k", fault.keyword(),
         "--keep-cluster", "--run-dir", str(run_dir), *fault.run_args,
     ]  # fmt: skip
+    if fault.on_checkout:
+        command += ["--kuberay-source", str(checkouts.named_checkout())]
     if fault.claimed_version:
         command += [
             "--kuberay-source",
-            str(older_checkout(where)),
+            str(checkouts.module_as_checkout(OLDER_MODULE, where)),
             "--kuberay-version",
             fault.claimed_version,
         ]
@@ -125,16 +128,6 @@ def run(fault: Fault, where: Path) -> Observed:
         rogue_log=rogue_log.read_text().splitlines() if rogue_log.exists() else [],
         seeded_operator=seeded_operator,
     )
-
-
-def older_checkout(where: Path) -> Path:
-    """The OLDER_MODULE operator module laid out as a checkout (ray-operator/ only, kustomize), as
-    `--kuberay-source` takes one; the module cache's files are read-only, the copy's are not."""
-    checkout = where / "older-kuberay"
-    shutil.copytree(kuberay.module_dir(OLDER_MODULE), checkout / "ray-operator")
-    for path in [checkout, *checkout.rglob("*")]:
-        path.chmod(path.stat().st_mode | 0o200)
-    return checkout
 
 
 def _run_to_its_end(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

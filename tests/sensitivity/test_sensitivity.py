@@ -12,6 +12,7 @@ import datetime
 import json
 from pathlib import Path
 
+import checkouts
 import pytest
 
 from . import runner
@@ -25,6 +26,8 @@ GREEN = ("passed", "not_applicable")
 
 @pytest.mark.parametrize("fault", all_faults(), ids=lambda f: f.name)
 def test_seeded_fault_is_caught_by_its_check_and_no_other(fault: Fault, tmp_path: Path) -> None:
+    if fault.on_checkout and checkouts.named_checkout() is None:
+        pytest.skip(checkouts.NO_CHECKOUT)
     observed = runner.run(fault, tmp_path)
     tests = observed.summary["tests"]
     context = f"exit {observed.exit_code}; outcomes {_outcomes(tests)}\n{observed.output}"
@@ -70,6 +73,8 @@ def _seed_took_effect(fault: Fault, observed: runner.Observed) -> None:
         assert tag in operator["image"], (
             f"the run's operator is not a checkout claiming {fault.claimed_version}: {operator}"
         )
+    if fault.on_checkout:
+        assert "-src." in operator["image"], f"the run's operator is not built from the checkout: {operator}"
     if fault.rogue:
         broken = [line for line in observed.rogue_log if line.startswith(FAILED_MARK)]
         assert not broken, f"the rogue broke: {broken}"
