@@ -198,19 +198,21 @@ def holds_for(
                 obj = event["object"]
                 version = _resource_version_of(obj) or version
                 if event["type"] == "DELETED":
-                    return "the object was deleted"
+                    return f"{_name_of(obj)} was deleted"
                 if not predicate(obj):
-                    return "it stopped holding"
+                    return f"{_name_of(obj)} stopped holding ({event['type']})"
             if deadline - time.monotonic() <= 0:
                 break
             # The watch ended (its chunk, 410 Gone or a lost connection): what changed in the gap
             # is in a fresh list, from whose version the next watch resumes.
             listing = list_fn(**list_kwargs)
             now_items = _items(listing)
-            if not names <= {_name_of(item) for item in now_items}:
-                return "the object was deleted"
-            if not all(predicate(item) for item in now_items):
-                return "it stopped holding"
+            gone = names - {_name_of(item) for item in now_items}
+            if gone:
+                return f"{', '.join(sorted(gone))} was deleted"
+            broken = [_name_of(item) for item in now_items if not predicate(item)]
+            if broken:
+                return f"{', '.join(broken)} stopped holding"
             version = _resource_version(listing)
     return ""
 

@@ -166,7 +166,7 @@ def test_holds_for_still_sees_a_change_made_while_its_watch_was_silent(
         namespace=namespace,
         field_selector="metadata.name=changes",
     )
-    assert broke == "it stopped holding"
+    assert broke.startswith(f"{namespace}/changes stopped holding"), broke
 
 
 def _stale_lists(list_fn: Any, calls: list[str]) -> Any:
