@@ -82,7 +82,7 @@ class Thresholds(Section):
         15, description="a TTL-driven deletion may come this long after its TTL"
     )
     deadline_slack_s: Annotated[float, Field(ge=0)] = Field(
-        30, description="a RayJob deadline may end it this long after the deadline"
+        30, description="a RayJob deadline, or a RayService initializing timeout, may end it this long after"
     )
     scale_down_slack_s: Annotated[float, Field(ge=0)] = Field(
         30, description="idle workers gone within idleTimeoutSeconds + this"

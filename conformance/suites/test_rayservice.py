@@ -1,5 +1,6 @@
 """Area rayservice: a RayService serves through the Gateway API, a serve-config-only change is
-applied in place without dropping requests, and invalid incremental upgrades are refused.
+applied in place without dropping requests, invalid names and incremental upgrades are refused,
+and an initializing timeout fails a RayService that can never start, for good.
 
 Traffic always goes to the address the Gateway publishes, from a load generator pod in the
 check's namespace; the app answers with the RayCluster that served it and its configured
@@ -8,6 +9,7 @@ message (manifests/ray/rayservice-app.yaml).
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -18,7 +20,7 @@ from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, poll_until
+from conformance.kube.wait import behaviour, holds_for, poll_until, wait_gone
 from conformance.load.generator import running
 from conformance.profiles import Profile
 from conformance.suites import serving
@@ -138,6 +140,22 @@ INVALID_INCREMENTAL = {
 }
 
 
+def _refused_naming(ray: Ray, name: str, named: str, timeouts: Timeouts) -> None:
+    """RayService `name` ends Ready False with reason ValidationFailed, its message naming `named`."""
+    with behaviour(f"RayService {name} is marked ValidationFailed"):
+        svc = ray.wait(
+            "rayservices",
+            name,
+            lambda s: rs.condition(s, "Ready").get("reason") == "ValidationFailed",
+            what=f"RayService {name} Ready=False with reason ValidationFailed",
+            timeout=timeouts.apply,
+            describe=rs.describe,
+        )
+    ready = rs.condition(svc, "Ready")
+    assert ready["status"] == "False", f"Ready is {ready}"
+    assert named in ready.get("message", ""), f"the reason does not name {named!r}: {ready.get('message')}"
+
+
 @pytest.mark.requires("gate:RayServiceIncrementalUpgrade")
 @pytest.mark.parametrize("case", list(INVALID_INCREMENTAL))
 def test_invalid_incremental_upgrade_is_rejected(
@@ -168,18 +186,127 @@ def test_invalid_incremental_upgrade_is_rejected(
         # Refused at admission by the CRD schema (a required field): rejected, and it says why.
         assert exc.status == 422 and named in (exc.body or ""), f"refused for another reason: {exc.body}"
         return
-    with behaviour("the RayService is marked ValidationFailed"):
-        svc = ray.wait(
-            "rayservices",
-            NAME,
-            lambda s: rs.condition(s, "Ready").get("reason") == "ValidationFailed",
-            what=f"RayService {NAME} Ready=False with reason ValidationFailed",
-            timeout=timeouts.apply,
-            describe=rs.describe,
-        )
-    ready = rs.condition(svc, "Ready")
-    assert ready["status"] == "False"
-    assert named in ready.get("message", ""), f"the reason does not name {named}: {ready.get('message')}"
+    _refused_naming(ray, NAME, named, timeouts)
     assert not _cluster_names(ray), "an invalid RayService got a RayCluster"
     events = ray.core.list_namespaced_event(ray.namespace, field_selector=f"involvedObject.name={NAME}").items
     assert any(e.reason == "InvalidRayServiceSpec" for e in events), "no InvalidRayServiceSpec event"
+
+
+# KubeRay names a RayService's RayClusters `<name>-<5 characters>` and its Services after it; a
+# RayCluster name may have at most 53 characters (MaxRayClusterNameLength in utils/constant.go,
+# the same from 1.5 to 1.7), so a RayService name at most 47, and it must be a DNS-1035 label.
+MAX_RAYSERVICE_NAME = 53 - 6
+INVALID_NAMES = {
+    # case: (name, what the rejection must name)
+    "longer than 47 characters": ("n" * (MAX_RAYSERVICE_NAME + 1), f"no more than {MAX_RAYSERVICE_NAME}"),
+    "not a DNS-1035 label": ("1echo", "DNS1035"),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID_NAMES))
+def test_rayservice_with_an_invalid_name_is_refused_and_makes_nothing(
+    case: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    """Catches: a RayService whose name KubeRay cannot derive valid object names from reconciled
+    anyway (a RayCluster or a Service made for it), or refused without saying why: Ready False
+    with reason ValidationFailed, a message naming the rule, an InvalidRayServiceMetadata event."""
+    name, named = INVALID_NAMES[case]
+    rs.create(ray, rs.rayservice_values(cluster_values, name))
+    _refused_naming(ray, name, named, timeouts)
+    assert not _cluster_names(ray), f"a RayService named {name!r} got a RayCluster: {_cluster_names(ray)}"
+    services = [s.metadata.name for s in ray.core.list_namespaced_service(ray.namespace).items]
+    assert not services, f"a RayService named {name!r} got Services: {services}"
+    events = ray.core.list_namespaced_event(ray.namespace, field_selector=f"involvedObject.name={name}").items
+    assert any(e.reason == "InvalidRayServiceMetadata" for e in events), (
+        f"no InvalidRayServiceMetadata event: {[e.reason for e in events]}"
+    )
+
+
+# KubeRay's annotation (utils.RayServiceInitializingTimeoutAnnotation, from 1.5.0, #4143): a
+# RayService not Ready this long after it began initializing fails for good.
+INITIALIZING_TIMEOUT = "ray.io/initializing-timeout"
+STUCK_TIMEOUT_S = 30
+TERMINAL_HOLD_S = 20  # after a spec update, the failure must stay (and no cluster come) this long
+NEVER_BUILT_IMAGE = "localhost/kuberay-conformance/never-built:none"  # pull policy Never: never starts
+
+
+def _ready_reason(svc: dict[str, Any]) -> str:
+    return str(rs.condition(svc, "Ready").get("reason", ""))
+
+
+def _with_initializing_timeout(body: dict[str, Any], timeout: str) -> dict[str, Any]:
+    body["metadata"].setdefault("annotations", {})[INITIALIZING_TIMEOUT] = timeout
+    return body
+
+
+def _never_starting(body: dict[str, Any]) -> dict[str, Any]:
+    """The same RayService whose every Ray container has an image the node does not have and may
+    not pull: its cluster can never become ready."""
+    stuck = copy.deepcopy(body)
+    config = stuck["spec"]["rayClusterConfig"]
+    groups = [config["headGroupSpec"], *config.get("workerGroupSpecs", [])]
+    for container in (c for g in groups for c in g["template"]["spec"]["containers"]):
+        container["image"], container["imagePullPolicy"] = NEVER_BUILT_IMAGE, "Never"
+    return stuck
+
+
+@pytest.mark.requires("kuberay>=1.5.0")
+def test_initializing_timeout_fails_a_rayservice_that_never_becomes_ready_for_good(
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    """Catches: the ray.io/initializing-timeout annotation ignored (a RayService whose cluster can
+    never start stays Initializing), acted on before the timeout or later than it plus
+    `deadline_slack_s`, the timed-out RayService's RayCluster left behind, a spec update that
+    revives it (the failure is terminal: it must be recreated), or a healthy RayService with a
+    generous timeout failed instead of Ready."""
+    control = _with_initializing_timeout(
+        render("ray/rayservice.yaml", **rs.rayservice_values(cluster_values, "generous")), "10m"
+    )
+    rs.create_app(ray)
+    ray.create("rayservices", control)
+    with behaviour("a healthy RayService with a 10m initializing timeout becomes Ready"):
+        rs.wait_ready(ray, "generous", timeouts.ready)
+    ray.custom.delete_namespaced_custom_object("ray.io", "v1", ray.namespace, "rayservices", "generous")
+    wait_gone(ray.list_fn("rayclusters"), what="the control's RayClusters", timeout=timeouts.cleanup)
+
+    healthy = render("ray/rayservice.yaml", **rs.rayservice_values(cluster_values, "stuck"))
+    started = time.monotonic()
+    ray.create("rayservices", _never_starting(_with_initializing_timeout(healthy, f"{STUCK_TIMEOUT_S}s")))
+    slack = profile.thresholds["deadline_slack_s"]
+    with behaviour(f"a RayService that cannot start fails after its {STUCK_TIMEOUT_S}s initializing timeout"):
+        svc = ray.wait(
+            "rayservices",
+            "stuck",
+            lambda s: _ready_reason(s) == "InitializingTimeout",
+            what="RayService stuck Ready=False with reason InitializingTimeout",
+            timeout=STUCK_TIMEOUT_S + slack,
+            describe=lambda s: f"Ready reason {_ready_reason(s) or '-'}; {rs.describe(s)}",
+        )
+    # Seen from here (the watch shows it at once), not from the condition's lastTransitionTime:
+    # Ready stays False from Initializing to InitializingTimeout, so that time does not move.
+    # KubeRay counts from that time, which the API server keeps in whole seconds: up to 1 s early.
+    took = time.monotonic() - started
+    metrics["initializing_timeout_s"] = round(took, 1)
+    assert took >= STUCK_TIMEOUT_S - 1, (
+        f"InitializingTimeout {took:.1f}s after creation, before {STUCK_TIMEOUT_S}s"
+    )
+    assert took <= STUCK_TIMEOUT_S + slack, f"InitializingTimeout {took:.1f}s after creation"
+    message = rs.condition(svc, "Ready").get("message", "")
+    assert f"{STUCK_TIMEOUT_S}s" in message, f"the reason does not name the timeout: {message}"
+    events = ray.core.list_namespaced_event(ray.namespace, field_selector="involvedObject.name=stuck").items
+    assert any(e.reason == "RayServiceInitializingTimeout" for e in events), [e.reason for e in events]
+    with behaviour("the timed-out RayService's RayCluster is deleted"):
+        wait_gone(
+            ray.list_fn("rayclusters"), what="the timed-out RayService's RayCluster", timeout=timeouts.cleanup
+        )
+
+    ray.patch("rayservices", "stuck", {"spec": {"rayClusterConfig": healthy["spec"]["rayClusterConfig"]}})
+    revived = holds_for(
+        ray.list_fn("rayservices"),
+        lambda s: _ready_reason(s) == "InitializingTimeout",
+        what="the RayService stays InitializingTimeout after a spec update",
+        duration=TERMINAL_HOLD_S,
+        field_selector="metadata.name=stuck",
+    )
+    assert not revived, f"after a spec update that could start: {revived}"
+    assert not _cluster_names(ray), f"a timed-out RayService got a RayCluster again: {_cluster_names(ray)}"

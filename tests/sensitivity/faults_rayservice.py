@@ -22,6 +22,7 @@ SPEC_HASH = "ray.io/hash-without-replicas-and-workers-to-delete"
 KUBERAY_VERSION = "ray.io/kuberay-version"
 ORIGINATED_FROM_CRD = "ray.io/originated-from-crd"
 ORIGINATED_FROM_NAME = "ray.io/originated-from-cr-name"
+INITIALIZING_TIMEOUT = "ray.io/initializing-timeout"
 
 
 def made_for_a_rayservice(cluster: dict[str, Any]) -> bool:
@@ -103,6 +104,57 @@ def _make_hash_stale(rogue: Rogue, namespace: str, cluster: str, why: str) -> bo
     return True
 
 
+def clusters_for_rayservices_whatever_their_name(rogue: Rogue) -> None:
+    """Every RayService of the run gets a RayCluster labelled as KubeRay labels its own, as soon as
+    it appears, as an operator that reconciles a RayService before (or without) validating its name
+    would make one. Suspended, so it starts no pods."""
+    made: set[str] = set()
+    for svc in rogue.ray_objects("rayservices"):
+        meta = svc["metadata"]
+        if meta["uid"] in made or meta.get("deletionTimestamp"):
+            continue
+        name = f"{meta['name'][:47]}-rogue"  # at most 53 characters: the RayCluster itself is valid
+        body = {
+            "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
+            "kind": "RayCluster",
+            "metadata": {
+                "name": name,
+                "labels": {ORIGINATED_FROM_CRD: "RayService", ORIGINATED_FROM_NAME: meta["name"]},
+            },
+            "spec": {**svc["spec"]["rayClusterConfig"], "suspend": True},
+        }
+        try:
+            rogue.custom.create_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, meta["namespace"], "rayclusters", body
+            )
+        except ApiException as exc:
+            if exc.status in (403, 404, 409):  # its namespace is going or gone, or it has one already
+                continue
+            raise
+        made.add(meta["uid"])
+        rogue.acted(f"made RayCluster {meta['namespace']}/{name} for RayService {meta['name']}")
+
+
+def initializing_timeouts_removed(rogue: Rogue) -> None:
+    """Every RayService of the run loses its ray.io/initializing-timeout annotation as soon as it
+    appears, as an operator that ignores the annotation would: a RayService that can never start
+    stays Initializing for ever."""
+    for svc in rogue.ray_objects("rayservices"):
+        meta = svc["metadata"]
+        if INITIALIZING_TIMEOUT not in (meta.get("annotations") or {}) or meta.get("deletionTimestamp"):
+            continue
+        patch = {"metadata": {"annotations": {INITIALIZING_TIMEOUT: None}}}
+        try:
+            rogue.custom.patch_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, meta["namespace"], "rayservices", meta["name"], patch
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # gone with its namespace: nothing to seed
+                raise
+            continue
+        rogue.acted(f"removed {INITIALIZING_TIMEOUT} from RayService {meta['namespace']}/{meta['name']}")
+
+
 FAULTS = [
     Fault(
         name="rayservice-status-forbidden",
@@ -121,6 +173,26 @@ FAULTS = [
         rogue=stale_spec_hash_on_changes_that_keep_the_cluster,
         catches=(RAYSERVICE + "test_serve_config_change_is_applied_in_place_without_failed_requests",),
         evidence="serve-config-only change",
+    ),
+    Fault(
+        name="invalid-rayservice-name-gets-a-cluster",
+        area="rayservice",
+        misbehaviour="a RayService whose name KubeRay cannot derive valid object names from gets a "
+        "RayCluster all the same",
+        rogue=clusters_for_rayservices_whatever_their_name,
+        catches=(RAYSERVICE + "test_rayservice_with_an_invalid_name_is_refused_and_makes_nothing",),
+        evidence="got a RayCluster",
+    ),
+    Fault(
+        name="initializing-timeout-ignored",
+        area="rayservice",
+        misbehaviour="the ray.io/initializing-timeout annotation is ignored: a RayService that can never "
+        "start stays Initializing for ever",
+        rogue=initializing_timeouts_removed,
+        catches=(
+            RAYSERVICE + "test_initializing_timeout_fails_a_rayservice_that_never_becomes_ready_for_good",
+        ),
+        evidence="initializing timeout",
     ),
     Fault(
         name="incremental-upgrade-dropped-by-a-stale-crd",
