@@ -143,3 +143,23 @@ def set_last_schedule_time(rogue: Rogue, meta: dict[str, Any], when: str) -> boo
             raise
         return False
     return True
+
+
+def annotate_each(rogue: Rogue, plural: str, key: str, value: str | None) -> None:
+    """Every Ray object of `plural` in the run gets annotation `key`=`value` (None: loses it) as
+    soon as it appears, until the rogue stops."""
+    for obj in rogue.ray_objects(plural):
+        meta = obj["metadata"]
+        if (meta.get("annotations") or {}).get(key) == value or meta.get("deletionTimestamp"):
+            continue
+        patch = {"metadata": {"annotations": {key: value}}}
+        try:
+            rogue.custom.patch_namespaced_custom_object(
+                RAY_GROUP, "v1", meta["namespace"], plural, meta["name"], patch
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # gone with its namespace: nothing to seed
+                raise
+            continue
+        change = f"removed {key} from" if value is None else f"set {key}={value} on"
+        rogue.acted(f"{change} {plural} {meta['namespace']}/{meta['name']}")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from kubernetes.client.exceptions import ApiException
-
+from .behind_the_back import annotate_each
 from .faults import Fault
 from .rogue import Rogue
 
@@ -67,20 +66,7 @@ def head_restart_disabled(rogue: Rogue) -> None:
     """Every RayCluster of the run gets KubeRay's own disable-provisioned-head-restart annotation as
     soon as it appears: KubeRay then recreates no head lost after provisioning (#1141), while lost
     workers are still replaced."""
-    for cluster in rogue.ray_objects("rayclusters"):
-        meta = cluster["metadata"]
-        if (meta.get("annotations") or {}).get(NO_HEAD_RESTART) == "true" or meta.get("deletionTimestamp"):
-            continue
-        patch = {"metadata": {"annotations": {NO_HEAD_RESTART: "true"}}}
-        try:
-            rogue.custom.patch_namespaced_custom_object(
-                "ray.io", "v1", meta["namespace"], "rayclusters", meta["name"], patch
-            )
-        except ApiException as exc:
-            if exc.status != 404:  # gone with its namespace: nothing to seed
-                raise
-            continue
-        rogue.acted(f"annotated RayCluster {meta['namespace']}/{meta['name']} {NO_HEAD_RESTART}=true")
+    annotate_each(rogue, "rayclusters", NO_HEAD_RESTART, "true")
 
 
 def _operator_paused_while_a_rayjob_runs(name: str, then: str, check: str, evidence: str) -> Fault:

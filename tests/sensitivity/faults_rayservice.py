@@ -6,7 +6,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from .behind_the_back import drop_crd_fields, drop_rbac, probe, raycluster_spec
+from .behind_the_back import annotate_each, drop_crd_fields, drop_rbac, probe, raycluster_spec
 from .faults import Fault
 from .rogue import Rogue, before_checks, side_by_side
 
@@ -139,20 +139,7 @@ def initializing_timeouts_removed(rogue: Rogue) -> None:
     """Every RayService of the run loses its ray.io/initializing-timeout annotation as soon as it
     appears, as an operator that ignores the annotation would: a RayService that can never start
     stays Initializing for ever."""
-    for svc in rogue.ray_objects("rayservices"):
-        meta = svc["metadata"]
-        if INITIALIZING_TIMEOUT not in (meta.get("annotations") or {}) or meta.get("deletionTimestamp"):
-            continue
-        patch = {"metadata": {"annotations": {INITIALIZING_TIMEOUT: None}}}
-        try:
-            rogue.custom.patch_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, meta["namespace"], "rayservices", meta["name"], patch
-            )
-        except ApiException as exc:
-            if exc.status != 404:  # gone with its namespace: nothing to seed
-                raise
-            continue
-        rogue.acted(f"removed {INITIALIZING_TIMEOUT} from RayService {meta['namespace']}/{meta['name']}")
+    annotate_each(rogue, "rayservices", INITIALIZING_TIMEOUT, None)
 
 
 FAULTS = [
