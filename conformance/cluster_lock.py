@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from conformance import interrupts
 from conformance.errors import HarnessError
 from conformance.progress import progress
 
@@ -125,7 +126,7 @@ class ClusterLock:
                     line.update(f"now held by {self._holder_text()}")
                     time.sleep(WAIT_POLL_S)  # poll-interval: a Lease has no event worth watching for
         self._renewer = threading.Thread(target=self._renew_loop, name="cluster-lock-renewer", daemon=True)
-        self._renewer.start()
+        interrupts.start_thread(self._renewer)
 
     def _try_once(self) -> bool:
         try:
@@ -231,7 +232,7 @@ class ClusterLock:
         """Stop renewing and delete the Lease if it is still ours; safe to call twice."""
         self._stop.set()
         if self._renewer is not None and self._renewer is not threading.current_thread():
-            self._renewer.join(timeout=10)
+            interrupts.join_thread(self._renewer, timeout=10)
         if self._resource_version is None:
             return
         try:

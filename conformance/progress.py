@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from conformance import interrupts
+
 # Where progress lines go instead of the stream, when something (the pytest plugin, whose
 # capture would otherwise swallow them) takes them over. Receives whole lines.
 _line_writer: Callable[[str], None] | None = None
@@ -64,12 +66,12 @@ class Progress:
     def start(self) -> Progress:
         if not self._tty:
             self._emit(f"… {self.what}")
-        self._thread.start()
+        interrupts.start_thread(self._thread)
         return self
 
     def finish(self, outcome: str = "done") -> None:
         self._stop.set()
-        self._thread.join()
+        interrupts.join_thread(self._thread)
         end = f"{'✓' if outcome == 'done' else '✗'} {self.what}: {outcome} in {self.elapsed:.1f}s"
         if _line_writer is not None:
             _line_writer(end)

@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from conformance import interrupts
 from conformance.kube.wait import WaitTimeout
 
 _WATCH_CHUNK_S = 30
@@ -83,7 +84,9 @@ class DeletionTimes:
 
     def start(self) -> DeletionTimes:
         for selection in self._selections.values():
-            threading.Thread(target=self._follow, args=(selection,), daemon=True, name=selection.what).start()
+            interrupts.start_thread(
+                threading.Thread(target=self._follow, args=(selection,), daemon=True, name=selection.what)
+            )
         return self
 
     def stop(self) -> None:
@@ -99,7 +102,7 @@ class DeletionTimes:
     def at(self, what: str, timeout: float) -> float:
         """Epoch seconds when `what` was first marked for deletion; WaitTimeout if not within `timeout`."""
         selection = self._selections[what]
-        selection.done.wait(timeout)
+        interrupts.wait_event(selection.done, timeout)
         if selection.error is not None:
             raise RuntimeError(f"the watch on {what} failed: {selection.error}") from selection.error
         if selection.at is None:

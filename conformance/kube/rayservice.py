@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from conformance import interrupts
 from conformance.install.gateway import GROUP as GATEWAY_GROUP
 from conformance.install.gateway import condition_true, describe_conditions
 from conformance.kube.manifests import render, render_all
@@ -334,12 +335,12 @@ class Sampler:
 
     def __enter__(self) -> Sampler:
         self._started = time.time()
-        self._thread.start()
+        interrupts.start_thread(self._thread)
         return self
 
     def __exit__(self, exc_type: object, *_exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        interrupts.join_thread(self._thread, timeout=10)
         self._stopped = time.time()
         self._reader.api.close()
         if self._crash is not None and exc_type is None:

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance import interrupts
 from conformance.kube.ray import Ray
 from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
 from conformance.report.timelines import AutoscalingRecording
@@ -67,12 +68,12 @@ class ScaleWatcher:
         self._reader = Ray(own_client(self.ray.api), self.ray.namespace)  # never the check's client
 
     def __enter__(self) -> ScaleWatcher:
-        self._thread.start()
+        interrupts.start_thread(self._thread)
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        interrupts.join_thread(self._thread, timeout=30)
         self._stopped_at = round(time.monotonic() - self._started, 2)
         self._reader.api.close()
         if self._crash is not None and exc_type is None:
