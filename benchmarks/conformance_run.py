@@ -4,10 +4,18 @@ Runs `kuberay-conformance run` (provider local, profile default) as `make confor
 then reads the run's summary.json: per area the summed check durations, per check the
 metrics it measured. Writes benchmarks/results/conformance_run.json and the matching section
 of benchmarks/README.md.
+
+    python benchmarks/conformance_run.py                                  # as `make conformance`
+    python benchmarks/conformance_run.py --kuberay-source ~/src/kuberay   # KubeRay from a checkout
+    python benchmarks/conformance_run.py --from reports/<run>             # record an earlier run
+
+Whether a local cluster was up before the run is recorded: with none, the run brought up a
+fresh one (and took it down after), which is what a new user's first run does.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import subprocess
@@ -26,21 +34,36 @@ CLI = ROOT / ".venv" / "bin" / "kuberay-conformance"
 
 
 def main() -> None:
-    """Run the main job and record it; `--from RUN_DIR` records an earlier run without re-running."""
-    if len(sys.argv) == 3 and sys.argv[1] == "--from":
-        run_dir, wall, exit_code = Path(sys.argv[2]), None, None
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from", dest="earlier", type=Path, help="record this run directory, do not run")
+    parser.add_argument("--kuberay-source", type=Path, help="a KubeRay checkout, passed on to the run")
+    args = parser.parse_args()
+    fresh = None
+    if args.earlier is not None:
+        run_dir, wall, exit_code = args.earlier, None, None
     else:
         run_dir = ROOT / "reports" / f"bench-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}"
+        source = ["--kuberay-source", str(args.kuberay_source)] if args.kuberay_source else []
+        fresh = _no_local_cluster()
         started = time.monotonic()
         exit_code = subprocess.run(
-            [str(CLI), "run", "--run-dir", str(run_dir)], cwd=ROOT, check=False
+            [str(CLI), "run", "--run-dir", str(run_dir), *source], cwd=ROOT, check=False
         ).returncode
         wall = round(time.monotonic() - started, 1)
     result = figures(json.loads((run_dir / "summary.json").read_text()), wall, exit_code)
+    result["fresh_cluster"] = fresh
+    result["run"] = run_dir.name
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     replace_section("conformance-run", render(result))
     print(json.dumps(result, indent=2))
+
+
+def _no_local_cluster() -> bool:
+    status = subprocess.run(
+        [str(CLI), "cluster", "status"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return "no local cluster" in status.stdout + status.stderr
 
 
 def figures(summary: dict, wall: float | None, exit_code: int | None) -> dict:
@@ -82,9 +105,13 @@ def render(result: dict) -> str:
         for check, values in result["checks"].items()
     )
     versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
+    cluster = {True: "a fresh local cluster (none was up)", False: "the local cluster already up"}.get(
+        result.get("fresh_cluster"), "a cluster not recorded"
+    )
     return f"""## Conformance run (`make conformance`, warm caches)
 
 Measured {result["date"]} on {result["machine"]} by `benchmarks/conformance_run.py`; {versions}.
+Run {result.get("run", "not recorded")} on {cluster}.
 Verdict: {result["verdict"]} (exit {result["exit_code"]}).
 
 | figure | value |
