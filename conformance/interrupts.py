@@ -7,7 +7,10 @@ and long loops call `check()` at safe points to raise it again.
 It can also land inside `threading`'s own lock handling (a Condition between waking and
 re-taking its lock while a thread starts), which then fails with "release unlocked lock"
 instead of the interrupt. Thread starts, joins and event waits in the main thread therefore
-go through the helpers below, which hold interrupts off for their few milliseconds.
+go through the helpers below, which hold interrupts off for their few milliseconds: a handler
+installed with `on()` that fires meanwhile is run when the block ends. (Blocking the signal in
+the main thread would not do: the kernel then hands it to any other thread, and Python runs the
+handler in the main thread all the same.)
 """
 
 from __future__ import annotations
@@ -15,12 +18,10 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
-# The signals that become exceptions (KeyboardInterrupt, Interrupted) in the main thread.
-INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
 # How long an event wait holds interrupts off at a time.
 _EVENT_SLICE_S = 0.5
 
@@ -30,6 +31,8 @@ class Interrupted(BaseException):
 
 
 _received: str | None = None
+_holding = 0  # nesting depth of held_off() in the main thread (signal handlers run only there)
+_pending: tuple[Callable[[int, Any], Any], int, Any] | None = None
 
 
 def _on_signal(signum: int, _frame: object) -> NoReturn:
@@ -38,8 +41,23 @@ def _on_signal(signum: int, _frame: object) -> NoReturn:
     raise Interrupted(_received)
 
 
+def on(signum: int, handler: Callable[[int, Any], Any]) -> None:
+    """Install `handler` for `signum`, run at once unless interrupts are held off, then when they no
+    longer are."""
+
+    def deferring(sig: int, frame: Any) -> None:
+        global _pending  # noqa: PLW0603 - the one signal waiting for held_off() to end
+        if _holding:
+            _pending = _pending or (handler, sig, frame)
+            return
+        handler(sig, frame)
+
+    signal.signal(signum, deferring)
+
+
 def install() -> None:
-    signal.signal(signal.SIGTERM, _on_signal)
+    on(signal.SIGTERM, _on_signal)
+    on(signal.SIGINT, signal.default_int_handler)
 
 
 def check() -> None:
@@ -50,17 +68,20 @@ def check() -> None:
 
 @contextmanager
 def held_off() -> Iterator[None]:
-    """Block SIGINT and SIGTERM in this thread for the block; one that came meanwhile is handled
-    right after it, in the caller's code. Threads started inside inherit the block, which is
-    what we want: only the main thread should take them."""
+    """Run the block with interrupts held off; one that came meanwhile is handled right after it,
+    in the caller's code. In other threads (no handler runs there) it does nothing."""
+    global _holding, _pending  # noqa: PLW0603 - see above
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    _holding += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        _holding -= 1
+        if not _holding and _pending is not None:
+            (handler, sig, frame), _pending = _pending, None
+            handler(sig, frame)
 
 
 def start_thread(thread: threading.Thread) -> None:

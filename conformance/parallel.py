@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from conformance import interrupts
 from conformance.report.summary import TestResult
 
 # How xdist hands out checks: one at a time, in collection order (the exclusive checks last).
@@ -142,4 +143,4 @@ def stop_once_on_signal() -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, first)
+        interrupts.on(sig, first)

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conformance import cluster_lock, exclusive, parallel, profiles, progress
+from conformance import cluster_lock, exclusive, interrupts, parallel, profiles, progress
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, HarnessError
@@ -168,7 +168,7 @@ class ConformanceRun:
             parallel.stop_once_on_signal()
             self._attach(state)
         else:
-            signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+            interrupts.on(signal.SIGTERM, _sigterm_as_interrupt)
 
     # -- collection -------------------------------------------------------------------
 
