@@ -153,6 +153,27 @@ def wait_ready(ray: Ray, name: str, timeout: float) -> dict[str, Any]:
     )
 
 
+def owned(ray: Ray, name: str) -> dict[str, list[str]]:
+    """What KubeRay keeps for RayService `name` (by its association labels and the names it gives):
+    RayClusters, Services, and, with incremental upgrades, its Gateway and HTTPRoute. Only the kinds
+    with something left are keys."""
+    selector = f"ray.io/originated-from-cr-name={name},ray.io/originated-from-crd=RayService"
+    gateways = Gateways(ray.api, ray.namespace)
+    found = {
+        "rayclusters": [
+            c["metadata"]["name"] for c in ray.list_fn("rayclusters")(label_selector=selector)["items"]
+        ],
+        "services": [
+            s.metadata.name
+            for s in ray.core.list_namespaced_service(ray.namespace, label_selector=selector).items
+        ],
+    }
+    for plural, made in (("gateways", f"{name}-gateway"), ("httproutes", f"{name}-httproute")):
+        items = gateways.list_fn(plural)(field_selector=f"metadata.name={made}")["items"]
+        found[plural] = [made] if items else []
+    return {kind: names for kind, names in found.items() if names}
+
+
 # --- Gateway API -------------------------------------------------------------------------------
 
 

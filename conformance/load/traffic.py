@@ -171,6 +171,48 @@ def held_while_paused(
     return found
 
 
+@dataclass(frozen=True)
+class Suspension:
+    """When a suspend and resume happened (epoch seconds), and which cluster served after."""
+
+    asked: float  # spec.suspend set true
+    suspended: float  # Suspended=True seen
+    resumed: float  # spec.suspend set false
+    ready: float  # Ready again seen
+    new: str  # the active cluster once resumed
+
+
+def served_through_suspension(records: Sequence[Record], s: Suspension, allowance: float) -> Findings:
+    """Every request before the suspend is answered; none from Suspended (plus the data plane's
+    `allowance`) to the resume; every one from Ready (plus `allowance`) on, by `s.new` only."""
+    found = Findings()
+    baseline = analysis.between(records, 0, s.asked)
+    if not baseline or not all(r.ok for r in baseline):
+        found.add(f"before the suspend: {analysis.summarize(baseline).describe()}")
+    dark = analysis.between(records, s.suspended + allowance, s.resumed)
+    answered = [r for r in dark if r.ok]
+    if not dark:
+        found.add("no requests were sent while the RayService was Suspended")
+    elif answered:
+        by = sorted({r.backend or "?" for r in answered})
+        found.add(f"{len(answered)} of {len(dark)} requests answered while Suspended, by {by}")
+    serving = analysis.between(records, s.ready + allowance, float("inf"))
+    others = sorted({r.backend for r in serving if r.ok} - {s.new})
+    if not serving:
+        found.add("no requests were sent after the resumed RayService was Ready")
+    elif not all(r.ok for r in serving):
+        found.add(f"after the resumed RayService was Ready: {analysis.summarize(serving).describe()}")
+    elif others:
+        found.add(f"after the resume, answers came from {others}, not only {s.new}")
+    return found
+
+
+def outage_s(records: Sequence[Record]) -> float:
+    """From the first failed request to the last one (0 when none failed)."""
+    times = [r.sent for r in records if not r.ok]
+    return round(max(times) - min(times), 2) if times else 0.0
+
+
 def promoted_at_full_shift(p: Promotion, old: str, new: str) -> str:
     """ "" when the last state before promotion routed 100% of traffic to `new` and 0% to `old`
     (targetCapacity may reach 0 in the same status update as the promotion, so it is not

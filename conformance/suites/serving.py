@@ -14,6 +14,7 @@ from kubernetes import client
 
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
+from conformance.kube.manifests import render
 from conformance.kube.ray import ExecError, Ray
 from conformance.kube.wait import behaviour
 from conformance.load import analysis, traffic
@@ -155,3 +156,34 @@ def max_served_step(records: list[Record], new: str) -> float:
         if answered:
             shares.append(100 * second.backends.get(new, 0) / answered)
     return round(max((b - a for a, b in itertools.pairwise(shares)), default=0.0), 1)
+
+
+# --- a RayService upgrade --------------------------------------------------------------------
+
+
+def respec(ray: Ray, values: dict[str, Any], serve_config: bool = False) -> float:
+    """Patch RayService `values["name"]`'s RayCluster spec (and with `serve_config` its Serve config)
+    to `values`; return when it was sent (epoch seconds)."""
+    spec = render("ray/rayservice.yaml", **values)["spec"]
+    keys = ("rayClusterConfig", "serveConfigV2") if serve_config else ("rayClusterConfig",)
+    ray.patch("rayservices", values["name"], {"spec": {key: spec[key] for key in keys}})
+    return time.time()
+
+
+def wait_promoted(ray: Ray, name: str, old: str, timeout: float) -> dict[str, Any]:
+    with behaviour("the pending RayCluster is promoted"):
+        return ray.wait(
+            "rayservices",
+            name,
+            lambda s: rs.active_cluster(s) not in ("", old) and not rs.pending_cluster(s),
+            what=f"a new RayCluster to replace {old} as the active one",
+            timeout=timeout,
+            describe=rs.describe,
+        )
+
+
+def assert_all_from(records: list[Record], since: float, cluster: str, when: str) -> None:
+    # Two seconds for the data plane to follow the switch.
+    late = [r for r in records if r.sent > since + 2 and r.ok]
+    others = {r.backend for r in late} - {cluster}
+    assert late and not others, f"{when}, answers came from {others or 'nobody'} instead of {cluster}"

@@ -94,6 +94,42 @@ def _read_or_fail(read: Any, kind: str, name: str, namespace: str) -> Any:
 # -- up to demand, down when idle ------------------------------------------------------
 
 
+# Ray's autoscaler removes a worker idle this long when the RayCluster sets no idleTimeoutSeconds.
+DEFAULT_IDLE_S = 60
+
+
+def test_without_idle_timeout_seconds_idle_workers_go_after_the_default(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    """`autoscalerOptions.idleTimeoutSeconds` left unset: an idle worker goes after Ray's default of
+    60 s, judged as the configured timeouts are (the profile's scale-down slacks).
+
+    Catches: an unset idle timeout that KubeRay or the autoscaler fills with another value (idle
+    workers removed well before 60 s, or kept long after it), or one read as "never"."""
+    autoscaling_cluster(ray, cluster_values, "default-idle", [_group("small", high=1)], idle_timeout_s=None)
+    options = ray.get("rayclusters", "default-idle")["spec"]["autoscalerOptions"]
+    assert "idleTimeoutSeconds" not in options, f"the API server filled in an idle timeout: {options}"
+    ready(ray, "default-idle", timeouts)
+    with ScaleWatcher(ray, "default-idle", timeline.autoscaling("no idleTimeoutSeconds: 1 actor")) as watch:
+        asked = watch.event("1 one-CPU actor asked for")
+        ask(ray, "default-idle", 1)
+        with behaviour("pending demand scales the group up"):
+            up = until(watch, _workers("small", 1), "1 worker alive in Ray", timeouts.scale)
+        metrics["scale_up_s"] = round(up - asked, 2)
+        idle = watch.event("demand released")
+        release(ray, "default-idle")
+        scaled_down(
+            watch, _no_pods("small"), f"an idle worker goes after the default {DEFAULT_IDLE_S}s",
+            "the idle worker to be removed", idle, scale_down_window(profile, DEFAULT_IDLE_S), metrics,
+        )  # fmt: skip
+    watch.assert_evidence()
+
+
 @pytest.mark.kuberay_issue(3909)
 @pytest.mark.parametrize("version", ["v2", "v1"])
 def test_scales_up_to_demand_within_max_and_down_after_idle(

@@ -462,10 +462,14 @@ def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(
     metrics: dict[str, float],
 ) -> None:
     """Objects made by the previous minor's operator, then its CRDs and operator upgraded to the
-    version under test as a Helm upgrade would, under load through the Gateway.
+    version under test as a Helm upgrade would, under load through the Gateway. Then, as KubeRay's
+    own e2eupgrade does, the RayService its predecessor made is upgraded to a new RayCluster by the
+    new operator, under load again.
 
     Catches: an operator upgrade that recreates or restarts Ray pods, starts a RayService
-    upgrade, leaves its predecessor's objects unreconciled, or drops requests (#2177)."""
+    upgrade, leaves its predecessor's objects unreconciled, or drops requests (#2177); a RayService
+    made by the predecessor that the new operator cannot upgrade to a new cluster, or upgrades with
+    failed requests over `upgrade_failed_requests` or answers from the old cluster after promotion."""
     kept = {**cluster_values, "name": KEPT, "workers": [{"name": "small", "replicas": 1}]}
     ray.create("rayclusters", render("ray/raycluster.yaml", **kept))
     values = rs.rayservice_values(cluster_values, SERVICE)
@@ -513,6 +517,43 @@ def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(
     assert rs.is_ready(after), f"the RayService is not Ready after the operator upgrade: {rs.describe(after)}"
     budget = profile.thresholds["upgrade_failed_requests"]
     assert summary.failed <= budget, f"during the operator upgrade ({budget} allowed): {summary.describe()}"
+    _upgrades_to_a_new_cluster_after(ray, conformance, values, (address, host), profile, timeouts, metrics)
+
+
+# After the promotion of the post-operator-upgrade NewCluster upgrade, the load goes on this long.
+PROMOTED_WINDOW_S = 10
+
+
+def _upgrades_to_a_new_cluster_after(
+    ray: Ray,
+    conformance: Environment,
+    values: dict[str, Any],
+    target: tuple[str, str],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+) -> None:
+    """A RayCluster spec change of the predecessor's RayService, made under the upgraded operator:
+    it is promoted to a new cluster, within the failed-request budget, and only the new one answers."""
+    old = rs.active_cluster(ray.get("rayservices", SERVICE))
+    address, host = target
+    image, seconds = serving.load_image(conformance), int(timeouts.upgrade)
+    gen = serving.generator(
+        ray.api, ray.namespace, image, address, host, max_duration_s=seconds, name="load-after"
+    )
+    with running(gen, timeouts.ready):
+        patched = serving.respec(ray, {**values, "generation": "2"})
+        new = rs.active_cluster(serving.wait_promoted(ray, SERVICE, old, timeouts.upgrade))
+        promoted = time.time()
+        time.sleep(PROMOTED_WINDOW_S)  # poll-interval: a load window after the promotion
+    metrics["upgrade_after_operator_upgrade_s"] = round(promoted - patched, 2)
+    summary = serving.analysis.summarize(gen.records)
+    metrics["failed_requests_after_operator_upgrade"] = summary.failed
+    budget = profile.thresholds["upgrade_failed_requests"]
+    assert summary.failed <= budget, (
+        f"during the NewCluster upgrade under the upgraded operator ({budget} allowed): {summary.describe()}"
+    )
+    serving.assert_all_from(gen.records, promoted, new, "after the promotion under the upgraded operator")
 
 
 def _pod_state(pod: client.V1Pod) -> tuple[str, int]:

@@ -24,7 +24,6 @@ import pytest
 
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
-from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, poll_until, wait_for, wait_gone
 from conformance.load import analysis, traffic
@@ -56,27 +55,6 @@ PLANS = [
 @pytest.fixture
 def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
     return rs.rayservice_values(cluster_values, NAME, deletion_delay_s=DELETION_DELAY_S)
-
-
-def _respec(ray: Ray, values: dict[str, Any], serve_config: bool = False) -> float:
-    """Patch the RayCluster spec (and with `serve_config` the Serve config) to `values`; return
-    when it was sent (epoch seconds)."""
-    spec = render("ray/rayservice.yaml", **values)["spec"]
-    keys = ("rayClusterConfig", "serveConfigV2") if serve_config else ("rayClusterConfig",)
-    ray.patch("rayservices", NAME, {"spec": {key: spec[key] for key in keys}})
-    return time.time()
-
-
-def _wait_promoted(ray: Ray, old: str, timeout: float) -> dict[str, Any]:
-    with behaviour("the pending RayCluster is promoted"):
-        return ray.wait(
-            "rayservices",
-            NAME,
-            lambda s: rs.active_cluster(s) not in ("", old) and not rs.pending_cluster(s),
-            what=f"a new RayCluster to replace {old} as the active one",
-            timeout=timeout,
-            describe=rs.describe,
-        )
 
 
 def _deletion_bound_s(profile: Profile) -> float:
@@ -169,19 +147,32 @@ def _assert_deleted_after_delay(
 RESUMED_WINDOW_S = 15
 
 
-def _assert_all_from(records: list[Record], since: float, cluster: str, when: str) -> None:
-    # Two seconds for the data plane to follow the switch.
-    late = [r for r in records if r.sent > since + 2 and r.ok]
-    others = {r.backend for r in late} - {cluster}
-    assert late and not others, f"{when}, answers came from {others or 'nobody'} instead of {cluster}"
-
-
 def _pending_percent(svc: dict[str, Any]) -> int:
     return svc.get("status", {}).get("pendingServiceStatus", {}).get("trafficRoutedPercent") or 0
 
 
 def _seen(sampler: rs.Sampler, kind: str) -> bool:
     return any(s.conditions.get(kind) == "True" for s in sampler.samples)
+
+
+def _serving_with_a_load(
+    ray: Ray,
+    conformance: Environment,
+    values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+) -> tuple[str, LoadGenerator, tuple[str, str]]:
+    """A Ready RayService behind a Gateway of its own, and a load generator (not started) aimed at
+    it for as long as an upgrade may take: (its active cluster, the generator, (address, host))."""
+    svc, address, host = serving.ready_behind_own_gateway(
+        ray, values, profile.gateway_class, timeouts, metrics
+    )
+    image = serving.load_image(conformance)
+    gen = serving.generator(
+        ray.api, ray.namespace, image, address, host, max_duration_s=int(timeouts.upgrade)
+    )
+    return rs.active_cluster(svc), gen, (address, host)
 
 
 @pytest.mark.requires("gateway_api")
@@ -199,18 +190,11 @@ def test_new_cluster_upgrade_under_load(
     cluster deleted before rayClusterDeletionDelaySeconds or long after it, answers from the old
     cluster after promotion, failed requests over the budget (#2177)."""
     values = {**base, "upgrade_type": "NewCluster"}
-    svc, address, host = serving.ready_behind_own_gateway(
-        ray, values, profile.gateway_class, timeouts, metrics
-    )
-    old = rs.active_cluster(svc)
-    image = serving.load_image(conformance)
-    gen = serving.generator(
-        ray.api, ray.namespace, image, address, host, max_duration_s=int(timeouts.upgrade)
-    )
+    old, gen, _ = _serving_with_a_load(ray, conformance, values, profile, timeouts, metrics)
     title = "NewCluster upgrade under load"
     with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics) as sampler:
-        patched = _respec(ray, {**values, "generation": "2"})
-        new = rs.active_cluster(_wait_promoted(ray, old, timeouts.upgrade))
+        patched = serving.respec(ray, {**values, "generation": "2"})
+        new = rs.active_cluster(serving.wait_promoted(ray, NAME, old, timeouts.upgrade))
         seen_promoted = time.time()
         deleted = _wait_deleted(ray, old, profile)
     records = gen.records
@@ -224,7 +208,118 @@ def test_new_cluster_upgrade_under_load(
     assert _seen(sampler, "UpgradeInProgress"), "UpgradeInProgress=True was never observed"
     assert any(s.pending == new for s in sampler.samples), f"{new} was never the pending cluster"
     _assert_deleted_after_delay(deleted, promoted, profile)
-    _assert_all_from(records, promoted, new, "after promotion")
+    serving.assert_all_from(records, promoted, new, "after promotion")
+    _assert_within_budget(records, profile, metrics)
+
+
+# After a promotion, the load goes on this long, so that answers after it can be judged.
+PROMOTED_WINDOW_S = 10
+# A RayService with upgrades off is watched this long for a pending cluster after a spec change.
+NO_UPGRADE_HOLD_S = 30
+
+
+def _head_template(ray: Ray, cluster: str) -> dict[str, Any]:
+    """The pod template of `cluster`'s head group, as its RayCluster spec has it."""
+    return ray.get("rayclusters", cluster)["spec"]["headGroupSpec"]["template"]
+
+
+@pytest.mark.requires("gateway_api")
+@pytest.mark.kuberay_issue(2177)
+def test_cluster_spec_and_serve_config_changed_together_switch_only_at_promotion(
+    ray: Ray,
+    conformance: Environment,
+    base: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    request: pytest.FixtureRequest,
+) -> None:
+    """A RayCluster spec and a Serve config changed in one patch (NewCluster): the new config goes
+    to the new cluster only, and the old cluster serves the old config until the promotion.
+
+    Catches: the new Serve config applied to the old cluster in place (answers v2 from it), the old
+    config deployed on the new cluster, traffic moved before the promotion, answers from the old
+    cluster after it, or failed requests over the budget (#2177)."""
+    values = {**base, "upgrade_type": "NewCluster"}
+    old, gen, _ = _serving_with_a_load(ray, conformance, values, profile, timeouts, metrics)
+    title = "cluster spec and Serve config changed together (NewCluster)"
+    with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics) as sampler:
+        patched = serving.respec(ray, {**values, "generation": "2", "message": "v2"}, serve_config=True)
+        new = rs.active_cluster(serving.wait_promoted(ray, NAME, old, timeouts.upgrade))
+        seen_promoted = time.time()
+        time.sleep(PROMOTED_WINDOW_S)  # poll-interval: a load window after the promotion
+    records = gen.records
+    promoted = traffic.promotion(sampler.samples, new).at or seen_promoted
+    metrics["upgrade_s"] = round(promoted - patched, 2)
+    gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
+    served = {(r.backend, r.version) for r in records if r.ok}
+    assert served <= {(old, "v1"), (new, "v2")}, (
+        f"answers (cluster, message): {sorted(served)}; only ({old}, v1) and ({new}, v2) may answer"
+    )
+    # The serve Service may switch just before the status says so: one status read earlier.
+    early = [r for r in records if r.ok and r.sent < promoted - rs.MAX_READ_GAP_S and r.backend != old]
+    lead = promoted - early[0].sent if early else 0.0
+    assert not early, f"{len(early)} answers from {new} before the promotion, the first {lead:.1f}s before it"
+    serving.assert_all_from(records, promoted, new, "after promotion")
+    _assert_within_budget(records, profile, metrics)
+
+
+@pytest.mark.requires("gateway_api")
+def test_upgrade_strategy_none_applies_the_serve_config_in_place_and_not_the_cluster_spec(
+    ray: Ray,
+    conformance: Environment,
+    base: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    request: pytest.FixtureRequest,
+) -> None:
+    """With `upgradeStrategy.type: None`, a RayCluster spec and a Serve config changed together:
+    the config is applied in place on the active cluster; the cluster spec change is not rolled out
+    (no pending cluster, the active cluster's spec as it was).
+
+    Catches: upgrades not turned off by type None (a pending cluster, a promotion), the cluster
+    spec change written into the active cluster, the Serve config not applied, answers from
+    another cluster, or failed requests over the budget."""
+    values = {**base, "upgrade_type": "None"}
+    old, gen, (address, host) = _serving_with_a_load(ray, conformance, values, profile, timeouts, metrics)
+    title = "upgradeStrategy None: cluster spec and Serve config changed together"
+    head_before = _head_template(ray, old)
+    with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics) as sampler:
+        patched = serving.respec(ray, {**values, "generation": "2", "message": "v2"}, serve_config=True)
+        with behaviour("the new Serve config answers through the Gateway"):
+            poll_until(
+                lambda: serving.answers(serving.probe(ray, gen, address, host), "v2"),
+                what="the app to answer with the new message",
+                timeout=timeouts.upgrade,
+                every=serving.PROBE_INTERVAL_S,
+            )
+        metrics["in_place_update_s"] = round(time.time() - patched, 2)
+        upgraded = holds_for(
+            ray.list_fn("rayservices"),
+            lambda s: rs.active_cluster(s) == old and not rs.pending_cluster(s),
+            what=f"RayService {NAME} keeps {old} active and makes no pending cluster",
+            duration=NO_UPGRADE_HOLD_S,
+            field_selector=f"metadata.name={NAME}",
+        )
+    records = gen.records
+    gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
+    assert not upgraded, f"with upgradeStrategy None: {upgraded}"
+    assert not [s for s in sampler.samples if s.pending], (
+        "with upgradeStrategy None, a pending cluster was made"
+    )
+    assert _head_template(ray, old) == head_before, (
+        f"the cluster spec change was written into the active cluster {old}'s head group"
+    )
+    answered = [r for r in records if r.ok]
+    assert {r.backend for r in answered} == {old}, (
+        f"answers came from {sorted({r.backend for r in answered})}"
+    )
+    assert answered[0].version == "v1" and answered[-1].version == "v2", (
+        f"first and last answers said {answered[0].version!r} and {answered[-1].version!r}, not v1 and v2"
+    )
     _assert_within_budget(records, profile, metrics)
 
 
@@ -312,8 +407,8 @@ def test_incremental_upgrade_under_load(
     title = f"incremental upgrade: step {step}%, every {interval}s, surge {surge}%"
     route = f"{NAME}-httproute"
     with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route) as sampler:
-        patched = _respec(ray, {**values, "generation": "2"})
-        new = rs.active_cluster(_wait_promoted(ray, old, timeouts.upgrade))
+        patched = serving.respec(ray, {**values, "generation": "2"})
+        new = rs.active_cluster(serving.wait_promoted(ray, NAME, old, timeouts.upgrade))
         seen_promoted = time.time()
         deleted = _wait_deleted(ray, old, profile)
     records = gen.records
@@ -369,7 +464,7 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     title = "rollback mid incremental upgrade"
     route = f"{NAME}-httproute"
     with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route) as sampler:
-        _respec(ray, {**values, "generation": "2"})
+        serving.respec(ray, {**values, "generation": "2"})
         with behaviour("traffic starts moving to the pending cluster"):
             moving = ray.wait(
                 "rayservices",
@@ -380,7 +475,7 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
                 describe=rs.describe,
             )
         new = rs.pending_cluster(moving)
-        reverted = _respec(ray, values)
+        reverted = serving.respec(ray, values)
         with behaviour("RollbackInProgress appears after the revert"):
             ray.wait(
                 "rayservices",
@@ -417,7 +512,7 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     assert back and back[0][1] > 0, f"the traffic of {new} at the revert was not sampled: {back}"
     assert all(b[1] <= a[1] for a, b in itertools.pairwise(back)), f"{new} gained traffic after the revert"
     _assert_deleted_after_delay(deleted, rolled_back, profile, "the rollback")
-    _assert_all_from(records, rolled_back, old, "after the rollback")
+    serving.assert_all_from(records, rolled_back, old, "after the rollback")
     _assert_within_budget(records, profile, metrics)
 
 
@@ -540,7 +635,7 @@ def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
     title = f"rayClusterConfig.suspend mid incremental upgrade: step {step}%, every {interval}s"
     route, marks = f"{NAME}-httproute", []
     with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route, marks) as sampler:
-        patched = _respec(ray, {**values, "generation": "2"})
+        patched = serving.respec(ray, {**values, "generation": "2"})
         marks.append((patched, "spec change"))
         new = rs.pending_cluster(_wait_upgrade_started(ray, timeouts.upgrade))
         pending_uid, suspended = _suspend_running_pending(ray, sampler, new, timeouts, metrics)
@@ -548,7 +643,7 @@ def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
         _assert_only_pending_suspended(ray, old, new, old_head)
         resumed = _set_cluster_suspend(ray, False)
         marks.append((resumed, "rayClusterConfig.suspend=false"))
-        promoted_cluster = rs.active_cluster(_wait_promoted(ray, old, timeouts.upgrade))
+        promoted_cluster = rs.active_cluster(serving.wait_promoted(ray, NAME, old, timeouts.upgrade))
         seen_promoted = time.time()
         same_pending = ray.get("rayclusters", promoted_cluster)["metadata"]["uid"] == pending_uid
         deleted = _wait_deleted(ray, old, profile)
@@ -576,27 +671,8 @@ def test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster(
     paused = [r for r in analysis.between(records, suspended + 2, resumed) if r.ok]
     others = {r.backend for r in paused} - {old}
     assert paused and not others, f"while suspended, answers came from {others or 'nobody'}, not {old}"
-    _assert_all_from(records, promoted, new, "after promotion")
+    serving.assert_all_from(records, promoted, new, "after promotion")
     _assert_within_budget(records, profile, metrics)
-
-
-def _owned(ray: Ray) -> dict[str, list[str]]:
-    """What KubeRay keeps for the RayService: RayClusters, Services, its Gateway and HTTPRoute."""
-    selector = f"ray.io/originated-from-cr-name={NAME}"
-    gateways = rs.Gateways(ray.api, ray.namespace)
-    found = {
-        "rayclusters": [
-            c["metadata"]["name"] for c in ray.list_fn("rayclusters")(label_selector=selector)["items"]
-        ],
-        "services": [
-            s.metadata.name
-            for s in ray.core.list_namespaced_service(ray.namespace, label_selector=selector).items
-        ],
-    }
-    for plural, name in (("gateways", f"{NAME}-gateway"), ("httproutes", f"{NAME}-httproute")):
-        items = gateways.list_fn(plural)(field_selector=f"metadata.name={name}")["items"]
-        found[plural] = [name] if items else []
-    return {kind: names for kind, names in found.items() if names}
 
 
 # After resuming, a load of its own runs this long at the address KubeRay's recreated Gateway
@@ -640,7 +716,7 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
     title = "spec.suspend mid incremental upgrade"
     route, marks = f"{NAME}-httproute", []
     with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, route, marks) as sampler:
-        patched = _respec(ray, upgraded, serve_config=True)
+        patched = serving.respec(ray, upgraded, serve_config=True)
         marks.append((patched, "spec change (cluster and Serve config)"))
         _wait_upgrade_started(ray, timeouts.upgrade)
         suspended = time.time()
@@ -658,7 +734,7 @@ def test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resu
         metrics["suspend_s"] = round(time.time() - suspended, 2)
         with behaviour("everything KubeRay made for the RayService is deleted"):
             left = poll_until(
-                lambda: "gone" if not _owned(ray) else None,
+                lambda: "gone" if not rs.owned(ray, NAME) else None,
                 what="no RayCluster, Service, Gateway or HTTPRoute of the RayService",
                 timeout=timeouts.cleanup,
             )

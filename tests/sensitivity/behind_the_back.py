@@ -163,3 +163,30 @@ def annotate_each(rogue: Rogue, plural: str, key: str, value: str | None) -> Non
             continue
         change = f"removed {key} from" if value is None else f"set {key}={value} on"
         rogue.acted(f"{change} {plural} {meta['namespace']}/{meta['name']}")
+
+
+def json_patch(
+    rogue: Rogue, plural: str, meta: dict[str, Any], ops: list[dict[str, Any]], status: bool = False
+) -> bool:
+    """Apply JSON Patch `ops` to a Ray object (its status with `status`); False when the object is
+    gone or changed meanwhile (a failed `test` op, a conflict): the next event tries again."""
+    patch = (
+        rogue.custom.patch_namespaced_custom_object_status
+        if status
+        else rogue.custom.patch_namespaced_custom_object
+    )
+    try:
+        patch(
+            RAY_GROUP,
+            "v1",
+            meta["namespace"],
+            plural,
+            meta["name"],
+            ops,
+            _content_type="application/json-patch+json",
+        )
+    except ApiException as exc:
+        if exc.status in (404, 409, 422):
+            return False
+        raise
+    return True

@@ -43,6 +43,30 @@ def stale_crd_without_max_replicas(rogue: Rogue) -> None:
     drop_crd_fields(rogue, "rayclusters", [path], probe("RayCluster", spec))
 
 
+# What the rogue below puts where a RayCluster sets no idle timeout: far below Ray's default 60 s.
+FILLED_IN_IDLE_S = 5
+
+
+def unset_idle_timeouts_filled_in(rogue: Rogue) -> None:
+    """An autoscaling RayCluster of the run that sets no idleTimeoutSeconds gets one of
+    FILLED_IN_IDLE_S as soon as it appears, as an operator that defaulted the field on its own would."""
+    for cluster in rogue.ray_objects("rayclusters"):
+        meta, spec = cluster["metadata"], cluster.get("spec") or {}
+        options = spec.get("autoscalerOptions") or {}
+        if not spec.get("enableInTreeAutoscaling") or "idleTimeoutSeconds" in options:
+            continue
+        patch = {"spec": {"autoscalerOptions": {"idleTimeoutSeconds": FILLED_IN_IDLE_S}}}
+        try:
+            rogue.custom.patch_namespaced_custom_object(
+                "ray.io", "v1", meta["namespace"], "rayclusters", meta["name"], patch
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise
+        rogue.acted(f"set idleTimeoutSeconds {FILLED_IN_IDLE_S} on {meta['namespace']}/{meta['name']}")
+
+
 def autoscaler_role_without_raycluster_patch(rogue: Rogue) -> None:
     """Each autoscaler Role KubeRay makes in the run loses `patch` on rayclusters as soon as it
     appears. KubeRay only creates that Role when it is missing and never puts a rule back, so the
@@ -102,6 +126,15 @@ def split_multi_host_replicas(rogue: Rogue) -> None:
 
 
 FAULTS = [
+    Fault(
+        name="unset-idle-timeout-filled-in",
+        area="autoscaling",
+        misbehaviour=f"a RayCluster that sets no idleTimeoutSeconds gets {FILLED_IN_IDLE_S} s, not Ray's "
+        "default 60 s: idle workers go almost at once",
+        rogue=unset_idle_timeouts_filled_in,
+        catches=(AUTOSCALING + "test_without_idle_timeout_seconds_idle_workers_go_after_the_default",),
+        evidence="after the default 60s",
+    ),
     Fault(
         name="idle-timeouts-dropped-by-a-stale-crd",
         area="autoscaling",

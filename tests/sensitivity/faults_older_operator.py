@@ -12,6 +12,7 @@ from .faults import Fault
 
 OPERATOR = "test_operator.py::"
 UPGRADE = "test_upgrade.py::"
+SUSPEND = "test_rayservice_suspend.py::"
 
 FAULTS = [
     Fault(
@@ -23,8 +24,11 @@ FAULTS = [
         catches=(
             OPERATOR + "test_raycronjob_names_each_rayjob_by_its_scheduled_minute",
             UPGRADE + "test_suspending_the_rayservice_mid_incremental_upgrade_removes_it_until_resumed",
+            SUSPEND + "test_suspended_rayservice_stops_serving_and_resumes_on_a_new_cluster",
+            SUSPEND + "test_rayservice_created_suspended_makes_nothing_until_resumed",
+            SUSPEND + "test_a_suspension_once_begun_completes_even_if_suspend_is_turned_back_off",
         ),
         bystanders=(OPERATOR + "test_raycronjob_crd_is_served_at_v1",),
-        evidence=("RayJob for", "Suspended=True"),
+        evidence=("RayJob for", "Suspended=True", "Suspended=True", "Suspended=True", "Suspending=True"),
     ),
 ]

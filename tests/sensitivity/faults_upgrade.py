@@ -7,10 +7,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from .behind_the_back import drop_crd_fields, probe, raycluster_spec
+from .behind_the_back import drop_crd_fields, json_patch, probe, raycluster_spec
 from .faults import Fault
 from .faults_rayservice import (
-    JSON_PATCH,
     ORIGINATED_FROM_NAME,
     RAY_GROUP,
     RAY_VERSION,
@@ -51,15 +50,8 @@ def migration_stamps_moved_back_by_the_interval(rogue: Rogue) -> None:
             {"op": "test", "path": STAMP, "value": stamp},
             {"op": "replace", "path": STAMP, "value": earlier},
         ]
-        try:
-            rogue.custom.patch_namespaced_custom_object_status(
-                RAY_GROUP, RAY_VERSION, meta["namespace"], "rayservices", meta["name"], patch,
-                _content_type=JSON_PATCH,
-            )  # fmt: skip
-        except ApiException as exc:
-            if exc.status in (404, 409, 422):  # gone, or KubeRay moved on meanwhile: the next event
-                continue
-            raise
+        if not json_patch(rogue, "rayservices", meta, patch, status=True):
+            continue  # gone, or KubeRay moved on meanwhile: the next event
         written.add((meta["uid"], earlier))
         rogue.acted(
             f"moved lastTrafficMigratedTime of {meta['namespace']}/{meta['name']}'s pending "
@@ -118,6 +110,44 @@ def _rayservice_status(rogue: Rogue, namespace: str, name: str) -> dict[str, Any
     return svc.get("status") or {}
 
 
+def serve_config_changes_dropped_with_a_spec_change(rogue: Rogue) -> None:
+    """The Serve config a RayService was created with is put back whenever a later spec changes it,
+    as an operator would act that deploys the old config on the new cluster of an upgrade that
+    changed both (the new cluster then answers with the old message)."""
+    first: dict[str, str] = {}
+    for svc in rogue.ray_objects("rayservices"):
+        meta, config = svc["metadata"], (svc.get("spec") or {}).get("serveConfigV2", "")
+        original = first.setdefault(meta["uid"], config)
+        if config == original:
+            continue
+        patch = [
+            {"op": "test", "path": "/spec/serveConfigV2", "value": config},
+            {"op": "replace", "path": "/spec/serveConfigV2", "value": original},
+        ]
+        if not json_patch(rogue, "rayservices", meta, patch):
+            continue
+        rogue.acted(f"put back the first Serve config of {meta['namespace']}/{meta['name']}")
+
+
+def upgrade_strategy_none_dropped_on_a_spec_change(rogue: Rogue) -> None:
+    """`upgradeStrategy.type: None` is taken away when the RayService's spec changes (generation 2
+    on), so KubeRay upgrades to a new cluster by its default, as an operator that ignored None would."""
+    for svc in rogue.ray_objects("rayservices"):
+        meta = svc["metadata"]
+        strategy = (svc.get("spec") or {}).get("upgradeStrategy") or {}
+        if strategy.get("type") != "None" or int(meta.get("generation", 1)) < 2:
+            continue
+        patch = [
+            {"op": "test", "path": "/spec/upgradeStrategy/type", "value": "None"},
+            {"op": "remove", "path": "/spec/upgradeStrategy"},
+        ]
+        if not json_patch(rogue, "rayservices", meta, patch):
+            continue
+        rogue.acted(
+            f"removed upgradeStrategy None from {meta['namespace']}/{meta['name']} after its spec changed"
+        )
+
+
 FAULTS = [
     Fault(
         name="deletion-delay-dropped-by-a-stale-crd",
@@ -156,5 +186,25 @@ FAULTS = [
         rogue=suspend_the_active_cluster_too,
         catches=(UPGRADE + "test_suspending_mid_incremental_upgrade_holds_only_the_pending_cluster",),
         evidence="while suspended",
+    ),
+    Fault(
+        name="old-serve-config-on-the-new-cluster",
+        area="upgrade",
+        misbehaviour="a RayCluster spec and a Serve config changed together: the new cluster is "
+        "deployed with the old Serve config",
+        rogue=serve_config_changes_dropped_with_a_spec_change,
+        catches=(UPGRADE + "test_cluster_spec_and_serve_config_changed_together_switch_only_at_promotion",),
+        evidence="answers (cluster, message)",
+    ),
+    Fault(
+        name="upgrade-strategy-none-ignored",
+        area="upgrade",
+        misbehaviour="a RayService with upgradeStrategy None is upgraded to a new cluster when its "
+        "cluster spec changes",
+        rogue=upgrade_strategy_none_dropped_on_a_spec_change,
+        catches=(
+            UPGRADE + "test_upgrade_strategy_none_applies_the_serve_config_in_place_and_not_the_cluster_spec",
+        ),
+        evidence="with upgradeStrategy None",
     ),
 ]

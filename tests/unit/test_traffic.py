@@ -270,3 +270,62 @@ def test_every_bundled_profile_states_its_propagation_allowance() -> None:
         # The file must state it: the schema's default would satisfy a read through the profile.
         stated = yaml.safe_load((profiles.BUNDLED / f"{name}.yaml").read_text())["thresholds"]
         assert stated["route_propagation_allowance_s"] > 0, name
+
+
+# --- a suspend and resume under load ---------------------------------------------------------
+
+SUSPENSION = traffic.Suspension(asked=T0 + 10, suspended=T0 + 15, resumed=T0 + 40, ready=T0 + 70, new="new")
+
+
+def _requests(start: float, end: float, ok: bool, backend: str = "old") -> list[Record]:
+    return [
+        Record(T0 + at, 0.01, 200 if ok else 503, "" if ok else "http_503", backend if ok else "")
+        for at in range(int(start), int(end))
+    ]
+
+
+def _suspend_and_resume(**changes: list[Record]) -> list[Record]:
+    parts = {
+        "baseline": _requests(0, 10, ok=True),
+        "going": _requests(10, 15, ok=False),
+        "dark": _requests(15, 70, ok=False),
+        "serving": _requests(70, 90, ok=True, backend="new"),
+    }
+    parts.update(changes)
+    return [r for part in parts.values() for r in part]
+
+
+def test_a_clean_suspend_and_resume_has_no_findings() -> None:
+    records = _suspend_and_resume()
+    assert traffic.served_through_suspension(records, SUSPENSION, allowance=3).violations == []
+    assert traffic.outage_s(records) == 59.0
+
+
+def test_answers_while_suspended_are_a_finding() -> None:
+    leak = _requests(15, 30, ok=False) + _requests(30, 40, ok=True) + _requests(40, 70, ok=False)
+    found = traffic.served_through_suspension(_suspend_and_resume(dark=leak), SUSPENSION, allowance=3)
+    assert found.violations == ["10 of 22 requests answered while Suspended, by ['old']"]
+
+
+def test_failures_after_ready_beyond_the_allowance_are_a_finding() -> None:
+    late = _requests(70, 76, ok=False) + _requests(76, 90, ok=True, backend="new")
+    found = traffic.served_through_suspension(_suspend_and_resume(serving=late), SUSPENSION, allowance=3)
+    assert len(found.violations) == 1
+    assert found.violations[0].startswith("after the resumed RayService was Ready: 3 of 17 requests failed")
+    within = _requests(70, 73, ok=False) + _requests(73, 90, ok=True, backend="new")
+    clean = traffic.served_through_suspension(_suspend_and_resume(serving=within), SUSPENSION, allowance=3)
+    assert clean.violations == []
+
+
+def test_answers_from_the_old_cluster_after_the_resume_are_a_finding() -> None:
+    old = _requests(70, 90, ok=True, backend="old")
+    found = traffic.served_through_suspension(_suspend_and_resume(serving=old), SUSPENSION, allowance=3)
+    assert found.violations == ["after the resume, answers came from ['old'], not only new"]
+
+
+def test_a_load_that_missed_a_phase_is_a_finding_not_a_pass() -> None:
+    found = traffic.served_through_suspension(_requests(0, 10, ok=True), SUSPENSION, allowance=3)
+    assert found.violations == [
+        "no requests were sent while the RayService was Suspended",
+        "no requests were sent after the resumed RayService was Ready",
+    ]
