@@ -166,14 +166,4 @@ FAULTS = [
         catches=(OPERATOR + "test_operator_upgrade_keeps_pods_and_serving_without_failed_requests",),
         evidence="after the operator upgrade",
     ),
-    Fault(
-        name="no-new-cluster-upgrade-after-the-operator-upgrade",
-        area="operator",
-        misbehaviour="under the upgraded operator, a RayCluster spec change of the RayService its "
-        "predecessor made is never rolled out to a new cluster",
-        env={"ENABLE_ZERO_DOWNTIME": "false"},  # KubeRay's switch for NewCluster upgrades
-        on_checkout=True,
-        catches=(OPERATOR + "test_operator_upgrade_keeps_pods_and_serving_without_failed_requests",),
-        evidence="the pending RayCluster is promoted",
-    ),
 ]
