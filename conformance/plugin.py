@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conformance import cluster_lock, exclusive, interrupts, parallel, profiles, progress
+from conformance import cluster_lock, exclusive, interrupts, node_pressure, parallel, profiles, progress
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, HarnessError
@@ -163,6 +163,8 @@ class ConformanceRun:
         self.worker_pids: list[int] = []
         self.crashed: list[str] = []
         self.turn = exclusive.ClusterTurn(self.options.run_dir / TURNS) if self.worker else None
+        self._pressure: dict[str, node_pressure.CheckPressure] = {}  # per running check
+        self._node_cpu: dict[str, dict[str, float]] = {}  # per check: TestResult.node_cpu
         self._previous_sigterm = signal.getsignal(signal.SIGTERM)
         if self.worker:
             parallel.stop_once_on_signal()
@@ -332,10 +334,35 @@ class ConformanceRun:
         """In a parallel run, setup, call and teardown of a check hold the run's lock (exclusive.py);
         an exclusive check measuring under load starts once earlier checks' namespaces are gone."""
         alone = exclusive.is_exclusive(item)
+        psi = self._pressure_file()
+        if psi is not None and self.turn is not None and not alone:
+            self._admit(item, psi)
         with self.turn.hold(alone) if self.turn is not None else contextlib.nullcontext():
             if exclusive.needs_quiet(item):
                 self._settle_before(item)
+            if psi is not None:
+                self._pressure[item.nodeid] = node_pressure.CheckPressure(psi).start()
             yield
+
+    def _pressure_file(self) -> Path | None:
+        """The PSI file of the nodes' kernel, where the provider names one (node_pressure.py)."""
+        cluster = self.environment.cluster
+        named = (
+            cluster.facts.get(node_pressure.FACT) if cluster is not None and not self.collect_only else None
+        )
+        path = Path(str(named)) if named else None
+        return path if path is not None and path.is_file() else None
+
+    def _admit(self, item: pytest.Item, psi: Path) -> None:
+        """Beside other checks, start once the node has room: a Ray head started on a saturated node
+        misses its own startup timeouts, and KubeRay's correct reaction would read as its failure."""
+        waited, pressure = node_pressure.wait_for_room(psi)
+        if waited:
+            self._node_cpu.setdefault(item.nodeid, {})["admission_wait_s"] = waited
+            if pressure >= node_pressure.ADMIT_BELOW_PERCENT:
+                worker_say(
+                    self.config, f"{_check_name(item.nodeid)}: started at CPU pressure {pressure:.0f}%"
+                )
 
     def _settle_before(self, item: pytest.Item) -> None:
         api = self.environment.api
@@ -356,7 +383,11 @@ class ConformanceRun:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
         setattr(item, f"rep_{report.when}", report)
+        starved = self._stop_sampling(item.nodeid) if report.when == "teardown" else ""
         self._record(item, report, call)
+        result = self.results[item.nodeid]
+        if starved and result.outcome in ("failed", "error"):
+            result.reason = f"{result.reason} [{starved}]"
         if self.worker:  # the controller writes the run's files: the result travels with the report
             parallel.attach_result(report, self.results[item.nodeid], self._unsent_secrets)
             self._unsent_secrets = {}
@@ -364,6 +395,15 @@ class ConformanceRun:
                 done = self.results[item.nodeid]
                 name = _check_name(item.nodeid)
                 worker_say(self.config, f"finished {name}: {done.outcome} in {done.duration_s:.1f}s")
+
+    def _stop_sampling(self, nodeid: str) -> str:
+        """The check's CPU pressure into its metrics; a sentence when the node was starved meanwhile."""
+        sampler = self._pressure.pop(nodeid, None)
+        if sampler is None:
+            return ""
+        sampler.stop()
+        self._node_cpu.setdefault(nodeid, {}).update(sampler.figures())
+        return sampler.starvation_note()
 
     def _record(self, item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
         result = self.results.get(item.nodeid)
@@ -395,6 +435,7 @@ class ConformanceRun:
             result.reason = _failure_reason(call, report)
             result.details = _failure_details(report)
         result.metrics = dict(self._metrics.get(item.nodeid, {}))
+        result.node_cpu = dict(self._node_cpu.get(item.nodeid, {}))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A rerun plugin (pytest-rerunfailures) turns a failed attempt into "rerun" after it was

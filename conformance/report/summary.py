@@ -54,6 +54,9 @@ class TestResult:
     # (more than 1 only with a rerun plugin; a pass after a failed attempt is "flaky").
     details: str = ""
     attempts: int = 1
+    # The CPU of the nodes while the check ran, where the provider can read it (node_pressure.py):
+    # pressure_mean_percent, pressure_max_percent, admission_wait_s. About the machine, not KubeRay.
+    node_cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def flaky(self) -> bool:

@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client, dynamic, watch
 from kubernetes.client.exceptions import ApiException
 
-from conformance import interrupts
+from conformance import interrupts, node_pressure
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import storage
 from conformance.kube.target import KubeTarget, api_client
@@ -151,7 +151,12 @@ class LocalProvider:
             provider=self.name,
             kubeconfig=self.state.admin_kubeconfig,
             bin_dirs=(bins.kubernetes, bins.containerd),
-            facts={"simulated_gpus": self.settings.simulated_gpus > 0, "node_name": components.NODE_NAME},
+            facts={
+                "simulated_gpus": self.settings.simulated_gpus > 0,
+                "node_name": components.NODE_NAME,
+                # The node is this machine's host processes: its kernel's CPU pressure is the node's.
+                node_pressure.FACT: str(node_pressure.PSI_CPU),
+            },
         )
 
     # -- images --------------------------------------------------------------------------
