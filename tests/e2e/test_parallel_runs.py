@@ -303,6 +303,11 @@ def test_results_of_both_workers_are_merged_into_one_summary_and_one_junit(paral
     }
     assert {name: by_name[name]["outcome"] for name in expected} == expected
     assert by_name["test_passes"]["metrics"] == {"answer_s": 4.2}
+    # The node's CPU pressure while each check ran (the local provider's node is this machine),
+    # apart from the metrics, which are what the check measured of KubeRay.
+    for name in expected:
+        figures = by_name[name]["node_cpu"]
+        assert 0 <= figures["pressure_mean_percent"] <= 100 and figures["pressure_max_percent"] >= 0, figures
     assert "the system under test misbehaved" in by_name["test_fails"]["reason"]
     assert "== 3" in by_name["test_fails"]["details"]
     assert by_name["test_errors"]["issues"] == ["kuberay#1141"]

@@ -7,7 +7,9 @@ operator while it prepares (a change made beforehand would be undone):
 - `claimed_version`: the run installs an older operator from source that claims a newer version;
 - `on_checkout`: the run installs the KubeRay checkout the user names (KRC_KUBERAY_CHECKOUT);
 - `rogue`: a function run inside the run's process once it has prepared (see rogue.py), acting
-  on the cluster behind the operator's back (patching, deleting, scaling what KubeRay made).
+  on the cluster behind the operator's back (patching, deleting, scaling what KubeRay made);
+- `attached`: the run attaches to the local cluster as an existing one, where nothing tells the
+  harness that the node's GPUs are only advertised.
 
 Faults live in `faults_<area>.py` modules beside this one, each a list named FAULTS.
 """
@@ -72,6 +74,11 @@ class Fault:
     # need what only a checkout gives: its Helm chart, and an installable previous minor.
     on_checkout: bool = False
     rogue: Callable[[Any], None] | None = None  # acts behind the operator's back (rogue.py)
+    # Run through the `existing` provider on the local cluster, on what it runs (KubeRay and the
+    # Gateway read back, nothing installed): the harness knows only what the cluster shows, so the
+    # local provider's word that its GPUs are simulated is not there, and GPU nodes that hand no
+    # device to a container are taken at their word.
+    attached: bool = False
     run_args: tuple[str, ...] = ()  # more CLI arguments, e.g. ("--timeout", "ready=90")
     expect: str = "failed"  # or "not_applicable": a seeded missing precondition
     # A phrase each catching check's reason must hold (one for all, or one per check in `catches`).
@@ -101,6 +108,7 @@ class Fault:
             parts.append(f"operator {OLDER_MODULE} from source, claimed as {self.claimed_version}")
         parts += ["on the KRC_KUBERAY_CHECKOUT checkout"] if self.on_checkout else []
         parts += [f"rogue {self.rogue.__name__}"] if self.rogue else []
+        parts += ["the local cluster attached as an existing cluster"] if self.attached else []
         return ", ".join(parts)
 
 

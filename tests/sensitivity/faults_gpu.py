@@ -19,6 +19,18 @@ def stale_crd_without_group_resources(rogue: Rogue) -> None:
 
 FAULTS = [
     Fault(
+        name="gpu-worker-without-a-device",
+        area="gpu",
+        misbehaviour=(
+            "a GPU worker's container gets no device for the GPU its limit asked for (the node advertises "
+            "nvidia.com/gpu, nothing hands a device to the container)"
+        ),
+        attached=True,
+        catches=(GPU + "test_cuda_operation_runs_in_a_ray_task",),
+        bystanders=(GPU + "test_gpu_count_precedence_in_rays_view",),
+        evidence="the CUDA task failed in the GPU worker",
+    ),
+    Fault(
         name="group-resources-dropped-by-a-stale-crd",
         area="gpu",
         misbehaviour="a group's `resources` GPUs never reach Ray, and declaring them twice is accepted",

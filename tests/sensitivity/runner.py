@@ -80,6 +80,9 @@ def seeded_profile(fault: Fault, where: Path) -> Path:
         kuberay["extra_args"] = list(fault.extra_args)
     if fault.version:
         kuberay["version"] = fault.version
+    if fault.attached:  # read back what the healthy install left; install nothing
+        kuberay["install"] = "existing"
+        seeded["gateway"]["install"] = "existing"
     path = where / f"{fault.name}.yaml"
     path.write_text(yaml.safe_dump(seeded, sort_keys=False))
     return path
@@ -103,6 +106,8 @@ def run(fault: Fault, where: Path) -> Observed:
     ]  # fmt: skip
     if fault.on_checkout:
         command += ["--kuberay-source", str(checkouts.named_checkout())]
+    if fault.attached:
+        command += ["--provider", "existing", "--kubeconfig", str(LocalProvider().cluster().kubeconfig)]
     if fault.claimed_version:
         command += [
             "--kuberay-source",
