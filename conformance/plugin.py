@@ -49,6 +49,7 @@ RUN_LABEL = "kuberay-conformance.io/run-id"
 KUBERAY_ISSUE_URL = "https://github.com/ray-project/kuberay/issues/{}"
 RUN_KEY = pytest.StashKey["ConformanceRun"]()
 TURNS = ".turns"  # the lock files of a parallel run's checks, inside the run folder (exclusive.py)
+NOTES_PREFIX = "notes-"  # in TURNS: a worker's lines for environment.notes, one file per worker
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -360,9 +361,10 @@ class ConformanceRun:
         if waited:
             self._node_cpu.setdefault(item.nodeid, {})["admission_wait_s"] = waited
             if pressure >= node_pressure.ADMIT_BELOW_PERCENT:
-                worker_say(
-                    self.config, f"{_check_name(item.nodeid)}: started at CPU pressure {pressure:.0f}%"
-                )
+                name = _check_name(item.nodeid)
+                text = f"{name} started at CPU pressure {pressure:.0f}% after {waited:.0f}s"
+                worker_say(self.config, text)
+                self.note(text)
 
     def _settle_before(self, item: pytest.Item) -> None:
         api = self.environment.api
@@ -370,7 +372,17 @@ class ConformanceRun:
             return
         note = exclusive.settle(api, f"{RUN_LABEL}={self.options.run_id}", self.options.timeouts.cleanup)
         if note:  # in the report's notes: the check ran less alone than meant
-            self.environment.notes.append(f"before {_check_name(item.nodeid)}: {note}")
+            self.note(f"before {_check_name(item.nodeid)}: {note}")
+
+    def note(self, text: str) -> None:
+        """A line for summary.json's environment.notes; a worker's goes through a file of the run,
+        which the controller reads as the run ends (a worker's own Environment is never written)."""
+        if not self.worker:
+            self.environment.notes.append(text)
+            return
+        notes = self.options.run_dir / TURNS / f"{NOTES_PREFIX}{os.getpid()}"
+        with notes.open("a") as out:
+            out.write(text.replace("\n", " ") + "\n")
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         if self.worker:
@@ -531,6 +543,8 @@ class ConformanceRun:
         assert isinstance(notes, list)
         if self.lock is not None:
             notes += self.lock.notes
+        for written in sorted((self.options.run_dir / TURNS).glob(f"{NOTES_PREFIX}*")):
+            notes += written.read_text().splitlines()
         notes += self.crashed
 
     def _release_lock(self) -> None:

@@ -99,6 +99,10 @@ def test_records_a_timeline(timeline):
     timeline.autoscaling("workers of a parallel run").replicas("small-group", 2, desired=3)
 
 
+def test_leaves_a_note(request):
+    request.config.stash[RUN_KEY].note("a note from a worker")
+
+
 def test_leaks_its_secret(request, timeline):
     secret = "krc-parallel-canary-7f3e"
     request.config.stash[RUN_KEY].keep_secret(request.node.nodeid, secret)
@@ -292,7 +296,7 @@ def test_prepare_and_teardown_run_once_in_the_controller_before_and_after_every_
 
 def test_results_of_both_workers_are_merged_into_one_summary_and_one_junit(parallel_run: ParallelRun) -> None:
     by_name = parallel_run.by_name
-    assert len(by_name) == len(parallel_run.summary["tests"]) == 12, parallel_run.output
+    assert len(by_name) == len(parallel_run.summary["tests"]) == 13, parallel_run.output
     expected = {
         "test_passes": "passed",
         "test_fails": "failed",
@@ -316,7 +320,9 @@ def test_results_of_both_workers_are_merged_into_one_summary_and_one_junit(paral
     # The secret was kept in a worker; the controller's search of the finished files found it.
     assert "its secret appears in files of the finished run" in by_name["test_leaks_its_secret"]["reason"]
     counts = parallel_run.summary["areas"]["raycluster"]
-    assert counts == {"passed": 3, "failed": 2, "errors": 1, "not_applicable": 1, "skipped": 1}
+    assert counts == {"passed": 4, "failed": 2, "errors": 1, "not_applicable": 1, "skipped": 1}
+    # A note made in a worker reaches the run's notes (the worker's own Environment is never written).
+    assert "a note from a worker" in parallel_run.summary["environment"]["notes"]
     # Checks of every outcome kind ran on both workers (the spans record who ran what).
     workers = {s["worker"] for s in parallel_run.spans if s["name"] in expected}
     assert workers == {"gw0", "gw1"}
