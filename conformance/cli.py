@@ -376,10 +376,12 @@ def run_command(
 @click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Only these areas.")
 @click.option("--ray-version", "ray_versions", multiple=True, help="Ray version(s) (default: the profile's).")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
+@click.option("--catches", is_flag=True, help="Also print, under each check, the misbehaviour it catches.")
 def list_command(
-    profile: str, areas: tuple[str, ...], ray_versions: tuple[str, ...], keyword: str | None
+    profile: str, areas: tuple[str, ...], ray_versions: tuple[str, ...], keyword: str | None, catches: bool
 ) -> None:
-    """Print the checks with their areas, preconditions (requires), kuberay issues and markers.
+    """Print the checks with their areas, preconditions (requires), kuberay issues and markers
+    (with --catches, what KubeRay misbehaviour each exists to catch).
 
     Touches no cluster and writes nothing (a pytest --collect-only of the suites)."""
 
@@ -388,7 +390,7 @@ def list_command(
 
         loaded = profiles.load(profile)  # a bad profile is a one-line usage error, as for run
         loaded.check_ray_versions(ray_versions)
-        for line in listing.lines(listing.collect(profile, areas, ray_versions, keyword)):
+        for line in listing.lines(listing.collect(profile, areas, ray_versions, keyword), catches):
             click.echo(line)
         return 0
 

@@ -6,6 +6,7 @@ nothing: no cluster is made, reached or changed, and no run folder is written.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,14 @@ class Check:
     requires: tuple[str, ...]
     issues: tuple[int, ...]
     markers: tuple[str, ...]
+    catches: str = ""  # the misbehaviour the check exists to catch: its docstring's "Catches" paragraph
+
+
+def catches_of(item: pytest.Item) -> str:
+    """The paragraph of a check's docstring that starts with "Catches", on one line."""
+    doc = inspect.getdoc(getattr(item, "function", None)) or ""
+    found = [p for p in doc.split("\n\n") if p.startswith("Catches")]
+    return " ".join(found[0].split()) if found else ""
 
 
 class _Collector:
@@ -46,6 +55,7 @@ class _Collector:
                     requires=needs,
                     issues=tuple(_issues(item)),
                     markers=tuple(sorted(n for n in others if not n.startswith("allure"))),
+                    catches=catches_of(item),
                 )
             )
 
@@ -77,7 +87,7 @@ def collect(
     return collector.checks
 
 
-def lines(checks: list[Check]) -> list[str]:
+def lines(checks: list[Check], with_catches: bool = False) -> list[str]:
     width = max((len(c.area) for c in checks), default=4)
     out = []
     for check in checks:
@@ -87,6 +97,8 @@ def lines(checks: list[Check]) -> list[str]:
             f"markers {', '.join(check.markers)}" if check.markers else "",
         ]
         out.append(f"{check.area:<{width}}  {check.id}  {'  '.join(e for e in extra if e)}".rstrip())
+        if with_catches:
+            out.append(f"{'':<{width}}    {check.catches or 'Catches: (not said)'}")
     areas = sorted({c.area for c in checks})
     out.append(f"{len(checks)} checks in {len(areas)} areas ({', '.join(areas)})")
     return out

@@ -49,6 +49,7 @@ def test_crds_are_served_at_v1_and_v1alpha1_is_kept(conformance: Environment, ap
 
 @pytest.mark.requires("kuberay>=1.6.0")  # the RayCronJob CRD first shipped with 1.6.0
 def test_raycronjob_crd_is_served_at_v1(conformance: Environment, api: client.ApiClient) -> None:
+    """Catches: an install of 1.6.0 or newer without the RayCronJob CRD, or one not served at v1."""
     served = _facts(conformance, api).served_crd_versions
     assert "v1" in served.get("raycronjobs", ()), f"raycronjobs.ray.io: {served.get('raycronjobs')}"
 
@@ -64,7 +65,10 @@ def _promised(conformance: Environment) -> kuberay_chart.Promised:
 
 def test_feature_gates_match_the_chart_defaults(conformance: Environment, api: client.ApiClient) -> None:
     """The gates the Deployment passes (as Helm, kustomize or the harness rendered it, read back)
-    over the binary's defaults, against the install source's defaults with the profile's overrides."""
+    over the binary's defaults, against the install source's defaults with the profile's overrides.
+
+    Catches: an operator running with a feature gate other than its install's own files promise
+    (a gate turned off or on behind the chart's back, a binary whose defaults differ)."""
     promised = _promised(conformance)
     facts = _facts(conformance, api)
     running = kuberay_chart.running_gates(facts, promised.binary_gates)
@@ -73,6 +77,8 @@ def test_feature_gates_match_the_chart_defaults(conformance: Environment, api: c
 
 
 def test_leader_election_is_on_and_the_lease_is_held(conformance: Environment, api: client.ApiClient) -> None:
+    """Catches: leader election other than the install's files promise, or its Lease
+    (`ray-operator-leader`) not held by a running operator pod."""
     promised = _promised(conformance)
     facts = _facts(conformance, api)
     assert facts.leader_election == promised.leader_election, (
@@ -177,6 +183,7 @@ def _images(pod: client.V1Pod) -> list[str]:
 def test_raycronjob_with_the_gate_off_creates_no_rayjob(
     ray: Ray, cluster_values: dict[str, Any], capabilities: Capabilities
 ) -> None:
+    """Catches: a RayCronJob scheduled (a lastScheduleTime, RayJobs made) while its gate is off."""
     if capabilities.feature_gates.get("RayCronJob"):
         pytest.skip(NOT_APPLICABLE + "the installed operator runs with the RayCronJob gate on")
     name = "gate-off"
@@ -278,7 +285,10 @@ def _wait_ticks(setup: CronSetup, ticks: int) -> list[dict[str, Any]]:
 def test_watch_namespace_limits_the_operator_to_its_namespace(
     cron_setup: CronSetup, api: client.ApiClient, metrics: dict[str, float]
 ) -> None:
-    """Only the scoped operator runs RayCronJobs, so whatever happens to one is its doing."""
+    """Only the scoped operator runs RayCronJobs, so whatever happens to one is its doing.
+
+    Catches: an operator given --watch-namespace that reconciles (or even lists) another
+    namespace, or that makes nothing in its own."""
     started = time.monotonic()
     made = _wait_ticks(cron_setup, 1)
     metrics["first_rayjob_s"] = round(time.monotonic() - started, 2)
@@ -299,6 +309,8 @@ def test_watch_namespace_limits_the_operator_to_its_namespace(
 def test_raycronjob_makes_one_rayjob_per_tick_without_duplicates(
     cron_setup: CronSetup, api: client.ApiClient
 ) -> None:
+    """Catches (#4849): more than one RayJob for a tick, a missed tick, RayJobs without their
+    scheduled-time annotation, or not owned by their RayCronJob."""
     made = _wait_ticks(cron_setup, 2)
     times = cronjobs.scheduled_times(made)
     assert all(times), f"RayJobs without {cronjobs.SCHEDULED_ANNOTATION}: {times}"
@@ -334,6 +346,8 @@ def _fail_on_duplicates(setup: CronSetup, api: client.ApiClient, made: list[dict
 
 @pytest.mark.requires("kuberay>=1.7.0")  # 1.6.x names them <cron>-<5 random characters>
 def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSetup) -> None:
+    """Catches: a 1.7.0 RayCronJob whose RayJobs are not named <cron>-<scheduled minute> (the names
+    that make a tick's RayJob unique, kuberay PR #4888)."""
     made = _wait_ticks(cron_setup, 1)
     for job in made:
         scheduled = job["metadata"]["annotations"][cronjobs.SCHEDULED_ANNOTATION]
@@ -343,6 +357,7 @@ def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSe
 
 @pytest.mark.requires("kuberay>=1.6.0")
 def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
+    """Catches: a suspended RayCronJob that is still scheduled or still makes RayJobs."""
     ray = cron_setup.watched
     ray.patch("raycronjobs", cron_setup.name, {"spec": {"suspend": True}})
     before = {j["metadata"]["name"] for j in _made_by(ray, cron_setup.name)}
@@ -364,7 +379,8 @@ def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
 
 
 def test_served_crds_match_the_operator_version(conformance: Environment, api: client.ApiClient) -> None:
-    """A mismatch is a finding with the command that fixes it (Helm never upgrades CRDs)."""
+    """Catches: served Ray CRDs that are not the installed operator's own (Helm never upgrades
+    CRDs, so a cluster keeps its old ones); the finding names the command that fixes it."""
     promised = _promised(conformance)
     version = _facts(conformance, api).version
     ext = client.ApiextensionsV1Api(api)

@@ -498,14 +498,14 @@ def _wait_children_gone(ray: Ray, cluster: str, job_name: str, timeouts: Timeout
 def test_suspend_deletes_cluster_and_submitter_and_resume_completes(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
+    """Catches: suspend not deleting the cluster and submitter or never reaching Suspended, and a
+    resumed RayJob not starting anew on a new cluster and completing."""
     body = rayjobs.job(
         cluster_values,
         "pausable",
         rayjobs.runs_for(30, "rayjob-output-ok"),
         shutdownAfterJobFinishes=True,
     )
-    """Catches: suspend not deleting the cluster and submitter or never reaching Suspended, and a
-    resumed RayJob not starting anew on a new cluster and completing."""
     job = _start(ray, body)
     first_cluster = _status(job.running(timeouts))["rayClusterName"]
     ray.patch("rayjobs", "pausable", {"spec": {"suspend": True}})

@@ -215,8 +215,8 @@ def test_the_token_never_appears_in_the_run_artifacts(
     the token is also handed to the run (in memory), which searches every file once the last one
     is written and turns this check into a failure if any holds it.
 
-    The harness's own hygiene (area `harness`, not in the verdict): catches the harness leaking a
-    cluster's secret, not a KubeRay misbehaviour.
+    Catches: the harness leaking a cluster's secret into its files; its own hygiene (area
+    `harness`, not in the verdict), not a KubeRay misbehaviour.
     """
     _requires_token_auth(capabilities, ray_version)
     secured.get()
@@ -293,7 +293,9 @@ def test_read_paths_run_with_the_documented_permissions(
     tmp_path: Path,
 ) -> None:
     """The harness's own hygiene (area `harness`, not in the verdict): its read paths need no
-    more than docs/permissions.md grants."""
+    more than docs/permissions.md grants.
+
+    Catches: the harness needing more permissions than it documents, not a KubeRay misbehaviour."""
     ray.create("rayclusters", render("ray/raycluster.yaml", **{**cluster_values, "name": "watched"}))
     ray.wait_cluster_ready("watched", timeouts.ready)
     facts = kuberay.observed_operator(reader_api, conformance.operator_namespace)

@@ -134,6 +134,14 @@ def test_the_benchmark_table_counts_only_the_catching_parametrization() -> None:
     assert table.caught(record) == "failed"
     assert table.others_green(record) == "1/1"
     gate_off = {**record, "expect": "not_applicable", "outcomes": {invalid + group_idle: "not_applicable"}}
-    checks = [("autoscaling", invalid + group_idle), ("harness", "test_security.py::test_token_never")]
-    assert table.coverage([{**record, "expect": "failed"}, gate_off], checks)[1].endswith(": 1 of 1.")
+    checks = [
+        ("autoscaling", invalid + group_idle, "Catches: an invalid spec | accepted."),
+        ("harness", "test_security.py::test_token_never", "Catches: a leak."),
+    ]
+    proving = {**record, "expect": "failed", "fault": "stale-crd"}
+    assert table.coverage([proving, gate_off], checks)[1].endswith(": 1 of 1.")
     assert "Not yet proven" in table.coverage([gate_off], checks)[-1]  # not applicable proves no failing
+    doc = table.checks_doc([proving, {**gate_off, "fault": "gate-off"}], checks)
+    row = next(line for line in doc.splitlines() if "test_invalid_autoscaling_spec_is_rejected" in line)
+    assert "an invalid spec \\| accepted." in row and "`stale-crd`" in row and "gate-off" not in row
+    assert "| `test_token_never` | a leak. | none yet |" in doc
