@@ -348,11 +348,10 @@ class ConformanceRun:
     def _pressure_file(self) -> Path | None:
         """The PSI file of the nodes' kernel, where the provider names one (node_pressure.py)."""
         cluster = self.environment.cluster
-        named = (
-            cluster.facts.get(node_pressure.FACT) if cluster is not None and not self.collect_only else None
-        )
-        path = Path(str(named)) if named else None
-        return path if path is not None and path.is_file() else None
+        if cluster is None or self.collect_only or not cluster.facts.get(node_pressure.FACT):
+            return None
+        path = Path(str(cluster.facts[node_pressure.FACT]))
+        return path if path.is_file() else None
 
     def _admit(self, item: pytest.Item, psi: Path) -> None:
         """Beside other checks, start once the node has room: a Ray head started on a saturated node
@@ -409,7 +408,7 @@ class ConformanceRun:
                 worker_say(self.config, f"finished {name}: {done.outcome} in {done.duration_s:.1f}s")
 
     def _stop_sampling(self, nodeid: str) -> str:
-        """The check's CPU pressure into its metrics; a sentence when the node was starved meanwhile."""
+        """The node's CPU pressure during the check into its node_cpu; a sentence if it was starved."""
         sampler = self._pressure.pop(nodeid, None)
         if sampler is None:
             return ""
