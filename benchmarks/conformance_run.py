@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.local_provider import machine, replace_section  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "conformance_run.json"
+STARVED_PERCENT = 80.0  # as conformance/node_pressure.py says a check ran on a starved node
 CLI = ROOT / ".venv" / "bin" / "kuberay-conformance"
 
 
@@ -90,6 +91,26 @@ def figures(summary: dict, wall: float | None, exit_code: int | None) -> dict:
             for t in summary["tests"]
         },
         "versions": summary["versions"],
+        "node_cpu": node_cpu(summary["tests"]),
+    }
+
+
+def node_cpu(tests: list[dict]) -> dict:
+    """The node's CPU while the checks ran (summary.json's node_cpu, where the provider reads it):
+    how many checks waited for room before starting and for how long, and how many ran starved."""
+    sampled = [t["node_cpu"] for t in tests if t.get("node_cpu", {}).get("pressure_max_percent") is not None]
+    if not sampled:
+        return {}
+    waits = sorted(n.get("admission_wait_s", 0.0) for n in sampled if n.get("admission_wait_s"))
+    means = sorted(n["pressure_mean_percent"] for n in sampled)
+    return {
+        "checks_sampled": len(sampled),
+        "checks_that_waited_for_room": len(waits),
+        "admission_wait_total_s": round(sum(waits), 1),
+        "admission_wait_longest_s": waits[-1] if waits else 0.0,
+        "pressure_mean_percent_median": means[len(means) // 2],
+        "pressure_max_percent": max(n["pressure_max_percent"] for n in sampled),
+        "checks_starved": sum(1 for n in sampled if n["pressure_max_percent"] >= STARVED_PERCENT),
     }
 
 
@@ -108,7 +129,9 @@ def render(result: dict) -> str:
     cluster = {True: "a fresh local cluster (none was up)", False: "the local cluster already up"}.get(
         result.get("fresh_cluster"), "a cluster not recorded"
     )
-    return f"""## Conformance run (`make conformance`, warm caches)
+    cpu = result.get("node_cpu") or {}
+    cpu_rows = "".join(f"\n| node CPU: {k.replace('_', ' ')} | {v} |" for k, v in cpu.items())
+    return f"""## Conformance run (`make conformance`)
 
 Measured {result["date"]} on {result["machine"]} by `benchmarks/conformance_run.py`; {versions}.
 Run {result.get("run", "not recorded")} on {cluster}.
@@ -117,7 +140,7 @@ Verdict: {result["verdict"]} (exit {result["exit_code"]}).
 | figure | value |
 |---|---|
 | wall time of the run | {result["wall_s"]:.0f} s |
-| of which preparing (cluster up or reuse, operator install, Ray image import) | {result["prepare_s"]} s |
+| of which preparing (cluster, builds not cached yet, operator, images) | {result["prepare_s"]} s |{cpu_rows}
 
 Time per area (sum of its checks' durations, seconds):
 
