@@ -205,5 +205,7 @@ def test_cuda_operation_runs_in_a_ray_task(
     try:
         out = ray.python_in_head("cuda", script, timeout=timeouts.ready)
     except ExecError as exc:  # the task's assertion, or no device: what the check is about
-        raise AssertionError(f"the CUDA task failed in the GPU worker: {exc}") from exc
+        # The error's last line says why (no libcuda, cuInit failed); the whole output is chained.
+        why = (str(exc).strip().splitlines() or ["no output"])[-1]
+        raise AssertionError(f"the CUDA task failed in the GPU worker: {why}") from exc
     assert "cuda-devices 1" in out, out
