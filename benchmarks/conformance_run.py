@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.local_provider import machine, replace_section  # noqa: E402
+from conformance.node_pressure import STARVED_PERCENT  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "conformance_run.json"
-STARVED_PERCENT = 80.0  # as conformance/node_pressure.py says a check ran on a starved node
 CLI = ROOT / ".venv" / "bin" / "kuberay-conformance"
 
 

@@ -53,15 +53,20 @@ def defined_faults() -> list[tuple[str, str, str]]:
     return [(f.area, f.name, f.misbehaviour) for f in all_faults()]
 
 
-def proven(records: list[dict]) -> set[str]:
+def proving(records: list[dict]) -> dict[str, list[str]]:
     """Checks (test ids without the suites' folder) a recorded fault turned red as `failed`, as it
-    expected (a seeded missing precondition, expected not applicable, proves no failing)."""
-    return {
-        test
-        for r in records
-        for test, outcome in r["outcomes"].items()
-        if _catching(test, r) and outcome == r["expect"] == "failed"
-    }
+    expected (a seeded missing precondition, expected not applicable, proves no failing), each with
+    the names of those faults."""
+    found: dict[str, list[str]] = {}
+    for r in records:
+        for test, outcome in r["outcomes"].items():
+            if _catching(test, r) and outcome == r["expect"] == "failed":
+                found.setdefault(test, []).append(r["fault"])
+    return found
+
+
+def proven(records: list[dict]) -> set[str]:
+    return set(proving(records))
 
 
 def coverage(records: list[dict], checks: list[tuple[str, str, str]]) -> list[str]:
@@ -85,11 +90,7 @@ def all_checks() -> list[tuple[str, str, str]]:
 
 def checks_doc(records: list[dict], checks: list[tuple[str, str, str]]) -> str:
     """docs/checks.md: per area, each check, what it catches, and the recorded faults that turned it red."""
-    by_check: dict[str, list[str]] = {}
-    for r in records:
-        for test, outcome in r["outcomes"].items():
-            if _catching(test, r) and outcome == r["expect"] == "failed":
-                by_check.setdefault(test, []).append(r["fault"])
+    by_check = proving(records)
     lines = [
         "# The checks, and what each one catches",
         "",

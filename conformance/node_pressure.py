@@ -88,7 +88,7 @@ class CheckPressure:
     _thread: threading.Thread | None = None
 
     def start(self) -> CheckPressure:
-        self.first = self.last = read(self.path)
+        self.first = read(self.path)
         self._take(self.first)
         self._thread = threading.Thread(target=self._run, name="node-pressure", daemon=True)
         self._thread.start()
@@ -98,8 +98,7 @@ class CheckPressure:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self.last = read(self.path)
-        self._take(self.last)
+        self._take(read(self.path))
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -111,7 +110,7 @@ class CheckPressure:
     def _take(self, reading: Reading) -> None:
         previous, self.last = self.last, reading
         self.highest = max(self.highest, reading.avg10)
-        if reading.avg10 >= STARVED_PERCENT and previous is not None and previous is not reading:
+        if reading.avg10 >= STARVED_PERCENT and previous is not None:
             self.starved_s += reading.at - previous.at
 
     def figures(self) -> dict[str, float]:

@@ -400,7 +400,7 @@ class ConformanceRun:
         if starved and result.outcome in ("failed", "error"):
             result.reason = f"{result.reason} [{starved}]"
         if self.worker:  # the controller writes the run's files: the result travels with the report
-            parallel.attach_result(report, self.results[item.nodeid], self._unsent_secrets)
+            parallel.attach_result(report, result, self._unsent_secrets)
             self._unsent_secrets = {}
             if report.when == "teardown":
                 done = self.results[item.nodeid]
