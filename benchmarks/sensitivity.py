@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.local_provider import machine, replace_section  # noqa: E402
+from conformance.listing import family  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "sensitivity"
 CHECKS_DOC = ROOT / "docs" / "checks.md"
@@ -61,7 +62,8 @@ def proving(records: list[dict]) -> dict[str, list[str]]:
     for r in records:
         for test, outcome in r["outcomes"].items():
             if _catching(test, r) and outcome == r["expect"] == "failed":
-                found.setdefault(test, []).append(r["fault"])
+                faults = found.setdefault(family(test), [])
+                faults += [] if r["fault"] in faults else [r["fault"]]
     return found
 
 
@@ -84,8 +86,8 @@ def all_checks() -> list[tuple[str, str, str]]:
     """(area, id, catches) of every check of the default profile, ids as the fault records write them."""
     from conformance.listing import collect  # noqa: PLC0415 - a pytest collection, only when tabulating
 
-    found = collect("default", (), (), None)
-    return [(c.area, c.id.removeprefix("conformance/suites/"), c.catches) for c in found]
+    found = {family(c.id.removeprefix("conformance/suites/")): c for c in collect("default", (), (), None)}
+    return [(c.area, test, c.catches) for test, c in found.items()]
 
 
 def checks_doc(records: list[dict], checks: list[tuple[str, str, str]]) -> str:

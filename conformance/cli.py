@@ -377,8 +377,19 @@ def run_command(
 @click.option("--ray-version", "ray_versions", multiple=True, help="Ray version(s) (default: the profile's).")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
 @click.option("--catches", is_flag=True, help="Also print, under each check, the misbehaviour it catches.")
+@click.option(
+    "--kuberay-source",
+    default=None,
+    metavar="DIR",
+    help="A KubeRay checkout: the samples area lists its samples (default: the profile's version's).",
+)
 def list_command(
-    profile: str, areas: tuple[str, ...], ray_versions: tuple[str, ...], keyword: str | None, catches: bool
+    profile: str,
+    areas: tuple[str, ...],
+    ray_versions: tuple[str, ...],
+    keyword: str | None,
+    catches: bool,
+    kuberay_source: str | None,
 ) -> None:
     """Print the checks with their areas, preconditions (requires), kuberay issues and markers
     (with --catches, what KubeRay misbehaviour each exists to catch).
@@ -390,7 +401,8 @@ def list_command(
 
         loaded = profiles.load(profile)  # a bad profile is a one-line usage error, as for run
         loaded.check_ray_versions(ray_versions)
-        for line in listing.lines(listing.collect(profile, areas, ray_versions, keyword), catches):
+        found = listing.collect(profile, areas, ray_versions, keyword, kuberay_source)
+        for line in listing.lines(found, catches):
             click.echo(line)
         return 0
 

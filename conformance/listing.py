@@ -7,6 +7,7 @@ nothing: no cluster is made, reached or changed, and no run folder is written.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,11 @@ from conformance.errors import HarnessError, UsageError
 from conformance.plugin import _area, _issues
 
 # Markers every check has or that only the harness uses; the rest are worth showing.
+# A check parametrized by a file the version under test ships (its samples) is one check in the
+# docs and the sensitivity table: its ids differ only in the file, which differs by version.
+_SHIPPED_FILE = re.compile(r"\[[^\]\[]+?\.yaml(?=[-\]])")
+SHIPPED_FILE = "[<sample>"
+
 _PLAIN_MARKERS = {"area", "requires", "kuberay_issue", "parametrize", "usefixtures", "timeout"}
 
 
@@ -64,8 +70,17 @@ class _Collector:
             self.errors.append(f"{report.nodeid}: {str(report.longrepr).strip().splitlines()[-1]}")
 
 
+def family(test_id: str) -> str:
+    """The check a test id belongs to, whatever shipped file it ran on."""
+    return _SHIPPED_FILE.sub(SHIPPED_FILE, test_id)
+
+
 def collect(
-    profile: str, areas: tuple[str, ...], ray_versions: tuple[str, ...], keyword: str | None
+    profile: str,
+    areas: tuple[str, ...],
+    ray_versions: tuple[str, ...],
+    keyword: str | None,
+    kuberay_source: str | None = None,
 ) -> list[Check]:
     rootdir = Path(__file__).resolve().parent.parent  # check ids read conformance/suites/test_x.py::name
     args = [f"--rootdir={rootdir}", "--pyargs", "conformance.suites", "--collect-only"]
@@ -77,6 +92,8 @@ def collect(
         args += ["--conformance-ray-version", version]
     if keyword:
         args += ["-k", keyword]
+    if kuberay_source:  # the samples area lists the checkout's samples
+        args += ["--conformance-kuberay-source", kuberay_source]
     collector = _Collector()
     code = pytest.main(args, plugins=[collector])
     if code == pytest.ExitCode.USAGE_ERROR:

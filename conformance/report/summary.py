@@ -25,6 +25,7 @@ AREAS = (
     "rayservice",
     "upgrade",
     "security",
+    "samples",
 )
 # Checks of the harness's own hygiene (a secret kept out of the run's files, the documented RBAC):
 # they run and are reported with the run, but are no AREA of the verdict. One that fails or errs

@@ -94,7 +94,28 @@ def test_every_check_names_what_it_catches_and_docs_checks_lists_each_one(tmp_pa
     unsaid = [name for name, text in zip(ids, said, strict=True) if text == "Catches: (not said)"]
     assert not unsaid, f"checks that do not say what they catch: {unsaid}"
     doc = (Path(__file__).resolve().parents[2] / "docs" / "checks.md").read_text()
-    for name, (_, catches) in zip(ids, pairs, strict=True):
+    for name, (_, catches) in zip(map(listing.family, ids), pairs, strict=True):
         said = catches.strip().removeprefix("Catches").lstrip(":").strip().replace("|", "\\|")
         stale = f"docs/checks.md is stale for {name}: run benchmarks/sensitivity.py"
         assert f"| `{name}` | {said} |" in doc, stale
+
+
+@pytest.mark.parametrize(
+    ("test_id", "check"),
+    [
+        (
+            "test_samples.py::test_sample_works_as_kuberay_ships_it[ray-cluster.tls.yaml-ray2.58.0]",
+            "test_samples.py::test_sample_works_as_kuberay_ships_it[<sample>-ray2.58.0]",
+        ),
+        (
+            "test_samples.py::test_sample_works_as_kuberay_ships_it[ray-job.sample.yaml]",
+            "test_samples.py::test_sample_works_as_kuberay_ships_it[<sample>]",
+        ),
+        (
+            "test_rayjob.py::test_job_moves[ray2.58.0-HTTPMode]",
+            "test_rayjob.py::test_job_moves[ray2.58.0-HTTPMode]",
+        ),
+    ],
+)
+def test_a_check_run_on_each_shipped_file_is_one_check(test_id: str, check: str) -> None:
+    assert listing.family(test_id) == check

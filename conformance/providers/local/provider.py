@@ -156,6 +156,9 @@ class LocalProvider:
                 "node_name": components.NODE_NAME,
                 # The node is this machine's host processes: its kernel's CPU pressure is the node's.
                 node_pressure.FACT: str(node_pressure.PSI_CPU),
+                # No registry and no route off the host: images are imported, downloads fail.
+                "pulls_images": False,
+                "pods_reach_internet": False,
             },
         )
 
