@@ -39,7 +39,7 @@ from conformance.progress import progress
 from .layout import cache_entry_lock
 
 RECIPE_REVISION = "1"  # bump when the way images are built changes, to invalidate every cached image
-RAY_RECIPE_REVISION = "2"  # bump when only the Ray rootfs recipe changes
+RAY_RECIPE_REVISION = "3"  # bump when only the Ray rootfs recipe changes
 REGISTRY = "localhost/kuberay-conformance"
 PAUSE_VERSION = "1.0.0"
 PAUSE_SOURCE = Path(__file__).with_name("pause") / "pause.c"
@@ -737,6 +737,9 @@ def _install_ray(rootfs: Path, ray_version: str, log: Path) -> None:
     useradd = ["useradd", "--uid", uid, "--gid", gid, "--create-home", "--home-dir", RAY_HOME]
     _chroot(rootfs, [*useradd, "--shell", "/bin/bash", "ray"], log, "creating the ray user", fix, env=env)
     _chroot(rootfs, ["python3", "-m", "venv", RAY_VENV], log, "creating the Ray venv", fix, env=env)
+    # A login shell (`bash -lc`, as KubeRay's autoscaler-v2-overwrite-cmd sample runs) reads
+    # Debian's /etc/profile, which sets PATH anew: keep the venv on it, as the image's ENV does.
+    (rootfs / "etc/profile.d/ray-venv.sh").write_text(f'export PATH="{RAY_VENV}/bin:$PATH"\n')
     requirement = _ray_requirement(ray_version)
     with _build_only_files(rootfs) as ca_in_chroot:
         _chroot(
@@ -825,6 +828,7 @@ def _verify_ray_rootfs(rootfs: Path, config: ImageConfig, ray_version: str, log:
     env = {item.split("=", 1)[0]: item.split("=", 1)[1] for item in config.env}
     script = (
         "set -e; for tool in bash grep wget python python3 ray awk ps; do command -v $tool; done; "
+        "bash -lc 'command -v ray'; "
         "getent hosts localhost; "
         "python --version; ray --version; "
         # The extras KubeRay's pods use: the dashboard (probes, job submission) and Serve.
