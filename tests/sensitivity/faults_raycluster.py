@@ -13,6 +13,7 @@ from .faults import Fault
 from .rogue import Rogue, before_checks, side_by_side
 
 RAYCLUSTER = "test_raycluster.py::"
+LIFECYCLE = "test_raycluster_lifecycle.py::"
 SECURITY = "test_security.py::"
 
 
@@ -32,6 +33,25 @@ def recreate_pods_on_spec_change(rogue: Rogue) -> None:
         for pod in pods[:1]:
             rogue.core.delete_namespaced_pod(pod.metadata.name, key[0])
             rogue.acted(f"deleted {pod.metadata.name} after spec generation {meta['generation']}")
+
+
+def delete_a_worker_other_than_the_named(rogue: Rogue) -> None:
+    """An operator that, asked to remove the worker `workersToDelete` names, removes another one."""
+    done: set[str] = set()
+    for cluster in rogue.ray_objects("rayclusters"):
+        meta = cluster["metadata"]
+        for group in cluster["spec"].get("workerGroupSpecs") or []:
+            named = (group.get("scaleStrategy") or {}).get("workersToDelete") or []
+            if not named or meta["uid"] + ",".join(named) in done:
+                continue
+            done.add(meta["uid"] + ",".join(named))
+            pods = rogue.core.list_namespaced_pod(
+                meta["namespace"],
+                label_selector=f"ray.io/cluster={meta['name']},ray.io/group={group['groupName']}",
+            ).items
+            for pod in [p for p in pods if p.metadata.name not in named][:1]:
+                rogue.core.delete_namespaced_pod(pod.metadata.name, meta["namespace"])
+                rogue.acted(f"deleted {pod.metadata.name}, not the named {named}")
 
 
 # -- stale CRDs ---------------------------------------------------------------------------
@@ -70,6 +90,22 @@ def stale_crd_without_status_conditions(rogue: Rogue) -> None:
         if status_now.get("state") == "ready" and not status_now.get("conditions") and uid not in seen:
             seen.add(uid)
             rogue.acted(f"RayCluster {cluster['metadata']['name']} is ready with no conditions")
+
+
+@before_checks
+def stale_crd_without_upgrade_strategy(rogue: Rogue) -> None:
+    """A RayCluster CRD that predates upgradeStrategy (1.5's; Helm never upgrades CRDs): the API
+    server drops `upgradeStrategy: Recreate`, so KubeRay never recreates pods on a spec change."""
+    spec = {**raycluster_spec(), "upgradeStrategy": {"type": "Recreate"}}
+    drop_crd_fields(rogue, "rayclusters", [["upgradeStrategy"]], probe("RayCluster", spec))
+
+
+@before_checks
+def stale_crd_without_suspend(rogue: Rogue) -> None:
+    """A RayCluster CRD without `suspend` (hand-trimmed): the API server drops it, so a suspended
+    cluster keeps its pods."""
+    spec = {**raycluster_spec(), "suspend": False}
+    drop_crd_fields(rogue, "rayclusters", [["suspend"]], probe("RayCluster", spec))
 
 
 @before_checks
@@ -224,12 +260,15 @@ FAULTS = [
         area="raycluster",
         misbehaviour="a ready RayCluster reports no HeadPodReady or RayClusterProvisioned condition",
         rogue=stale_crd_without_status_conditions,
-        catches=(RAYCLUSTER + "test_head_and_workers_report_documented_conditions",),
+        catches=(
+            RAYCLUSTER + "test_head_and_workers_report_documented_conditions",
+            LIFECYCLE + "test_a_quota_too_small_for_the_head_is_reported_as_replica_failure",
+        ),
         bystanders=(
             RAYCLUSTER + "test_head_service_is_headless_with_documented_ports",
             RAYCLUSTER + "test_workers_reach_the_head_through_cluster_dns",
         ),
-        evidence="HeadPodReady",
+        evidence=("HeadPodReady", "ReplicaFailure"),
     ),
     Fault(
         name="children-without-owner-references",
@@ -271,5 +310,38 @@ FAULTS = [
         bystanders=(RAYCLUSTER + "test_head_only_cluster_becomes_ready",),
         run_args=("--timeout", "ready=90"),  # hw is ready within about 30 s here
         evidence="RayCluster hw becomes ready",
+    ),
+    Fault(
+        name="suspend-dropped-by-a-stale-crd",
+        area="raycluster",
+        misbehaviour="a RayCluster's `suspend: true` never reaches KubeRay: the suspended cluster "
+        "keeps its pods and never reports RayClusterSuspended",
+        rogue=stale_crd_without_suspend,
+        catches=(LIFECYCLE + "test_suspend_removes_every_pod_and_resume_brings_the_cluster_back",),
+        bystanders=(RAYCLUSTER + "test_head_only_cluster_becomes_ready",),
+        run_args=("--timeout", "cleanup=60"),
+        evidence="suspend",
+    ),
+    Fault(
+        name="recreate-strategy-dropped-by-a-stale-crd",
+        area="raycluster",
+        misbehaviour="`upgradeStrategy: Recreate` never reaches KubeRay: a changed pod template "
+        "leaves the old head and worker running",
+        rogue=stale_crd_without_upgrade_strategy,
+        catches=(LIFECYCLE + "test_recreate_strategy_replaces_head_and_workers_on_a_spec_change",),
+        bystanders=(RAYCLUSTER + "test_head_only_cluster_becomes_ready",),
+        run_args=("--timeout", "ready=90"),
+        evidence="new head and worker pods",
+    ),
+    Fault(
+        name="scale-down-deletes-another-worker",
+        area="raycluster",
+        misbehaviour="a worker group scaled down with `workersToDelete` loses another worker than "
+        "the named one (and then the named one too)",
+        rogue=delete_a_worker_other_than_the_named,
+        catches=(LIFECYCLE + "test_scaling_down_removes_the_named_worker_then_one_and_never_the_head",),
+        bystanders=(RAYCLUSTER + "test_head_only_cluster_becomes_ready",),
+        run_args=("--timeout", "scale=60"),
+        evidence="only worker",
     ),
 ]
