@@ -14,12 +14,15 @@ from kubernetes import client
 from conformance.kube.manifests import render
 from conformance.kube.pods import is_ready
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, wait_for, wait_gone
+from conformance.kube.wait import behaviour, holds_for, wait_for, wait_gone
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("raycluster")
 
 REPLICA_FAILURE = "ReplicaFailure"  # the condition type rayv1.RayClusterReplicaFailure names
+# KubeRay acts on a scale change within a reconcile (about a second); a wrong deletion or a
+# replacement shows within this window.
+SETTLED_S = 15
 RECREATE_HASH = (
     "ray.io/upgrade-strategy-recreate-hash"  # on the head pod (utils.UpgradeStrategyRecreateHashKey)
 )
@@ -190,6 +193,15 @@ def test_scaling_down_removes_the_named_worker_then_one_and_never_the_head(
     scale = {"replicas": 1, "minReplicas": 0, "maxReplicas": 2, "groupName": "small"}
     _patch_group(ray, "down", {**scale, "scaleStrategy": {"workersToDelete": [named]}})
     _wait_pods(ray, "down", lambda pods: _workers(pods) == [kept], f"only worker {kept} left", timeouts.scale)
+    broken = holds_for(
+        ray.core.list_namespaced_pod,
+        lambda pod: pod.metadata.name == kept and pod.metadata.deletion_timestamp is None,
+        what=f"worker {kept} stays the only worker",
+        duration=SETTLED_S,
+        namespace=ray.namespace,
+        label_selector="ray.io/cluster=down,ray.io/node-type=worker",
+    )
+    assert not broken, f"after removing {named}, the group did not stay at worker {kept}: {broken}"
     _patch_group(ray, "down", {**scale, "replicas": 0})
     _wait_pods(ray, "down", lambda pods: _workers(pods) == [], "no worker left", timeouts.scale)
     assert ray.head_pod("down").metadata.uid == head, "scaling the workers down replaced the head"
