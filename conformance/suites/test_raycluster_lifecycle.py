@@ -193,6 +193,15 @@ def test_scaling_down_removes_the_named_worker_then_one_and_never_the_head(
     scale = {"replicas": 1, "minReplicas": 0, "maxReplicas": 2, "groupName": "small"}
     _patch_group(ray, "down", {**scale, "scaleStrategy": {"workersToDelete": [named]}})
     _wait_pods(ray, "down", lambda pods: _workers(pods) == [kept], f"only worker {kept} left", timeouts.scale)
+    # KubeRay has deleted it; its graceful termination is the kubelet's, so a pod that lingers is
+    # the environment's (an error), and the window below starts only once it is gone.
+    wait_gone(
+        ray.core.list_namespaced_pod,
+        what=f"worker {named}",
+        timeout=timeouts.scale,
+        namespace=ray.namespace,
+        field_selector=f"metadata.name={named}",
+    )
     broken = holds_for(
         ray.core.list_namespaced_pod,
         lambda pod: pod.metadata.name == kept and pod.metadata.deletion_timestamp is None,
