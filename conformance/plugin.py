@@ -318,15 +318,24 @@ class ConformanceRun:
     # -- preconditions ----------------------------------------------------------------
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        why = self._unmet(item)
+        if why:
+            pytest.skip(NOT_APPLICABLE + why)
+
+    def _unmet(self, item: pytest.Item) -> str:
+        """Why the check's `requires` preconditions do not hold here ("" when they all do)."""
         needs = [need for marker in item.iter_markers("requires") for need in marker.args]
-        if not needs:
-            return
+        if not needs or self.collect_only:
+            return ""
         caps = self.ensure_prepared().capabilities
         assert caps is not None
-        for need in needs:
-            why = caps.missing(need, self.options.profile.gateway_class)
-            if why:
-                pytest.skip(NOT_APPLICABLE + why)
+        return next(filter(None, (caps.missing(n, self.options.profile.gateway_class) for n in needs)), "")
+
+    def _will_run(self, item: pytest.Item) -> bool:
+        try:
+            return not self._unmet(item)
+        except Exception:  # noqa: BLE001 - the check's setup meets it again and reports it as its error
+            return True
 
     # -- running alone or beside others ------------------------------------------------
 
@@ -334,12 +343,15 @@ class ConformanceRun:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
         """In a parallel run, setup, call and teardown of a check hold the run's lock (exclusive.py);
         an exclusive check measuring under load starts once earlier checks' namespaces are gone."""
-        alone = exclusive.is_exclusive(item)
+        # A check that will be not applicable touches nothing: it neither waits for room or for
+        # quiet nor keeps others out.
+        runs = self._will_run(item)
+        alone = runs and exclusive.is_exclusive(item)
         psi = self._pressure_file()
-        if psi is not None and self.turn is not None and not alone:
+        if psi is not None and self.turn is not None and runs and not alone:
             self._admit(item, psi)
         with self.turn.hold(alone) if self.turn is not None else contextlib.nullcontext():
-            if exclusive.needs_quiet(item):
+            if runs and exclusive.needs_quiet(item):
                 self._settle_before(item)
             if psi is not None:
                 self._pressure[item.nodeid] = node_pressure.CheckPressure(psi).start()

@@ -217,6 +217,29 @@ def holds_for(
     return ""
 
 
+def stays_absent(list_fn: Callable[..., Any], *, what: str, duration: float, **list_kwargs: Any) -> str:
+    """Watch for `duration` seconds that no object matches `list_fn(**list_kwargs)`.
+
+    For checks that KubeRay makes nothing (a suspended or externally managed object): returns ""
+    if nothing existed or appeared, else the first object seen.
+    """
+    listing = list_fn(**list_kwargs)
+    deadline = time.monotonic() + duration
+    with progress(f"watching that no {what} appears for {duration:.0f}s"):
+        while True:
+            present = _items(listing)
+            if present:
+                return f"{_name_of(present[0])} exists"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return ""
+            for event in _watch(list_fn, _resource_version(listing), remaining, **list_kwargs):
+                if event["type"] == "ADDED":
+                    return f"{_name_of(event['object'])} appeared"
+            # The watch ended early: a fresh list covers the gap.
+            listing = list_fn(**list_kwargs)
+
+
 def _name_of(obj: Any) -> str:
     if isinstance(obj, dict):
         meta = obj.get("metadata", {})

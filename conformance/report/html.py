@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 import markupsafe
 
+from conformance.node_pressure import STARVED_PERCENT
 from conformance.report import history, timelines
 from conformance.report.summary import AREAS, HARNESS, OUTCOMES, Summary, TestResult
 
@@ -132,12 +133,25 @@ def row(test: TestResult, changes: history.Changes) -> dict[str, object]:
         "details": test.details,
         "duration_s": test.duration_s,
         "metrics": test.metrics,
+        "node_cpu": _node_cpu(test.node_cpu),
         "issues": [{"label": i, "url": issue_url(i)} for i in test.issues],
         "attempts": test.attempts,
         "marks": marks,
         "junit_classname": classname,
         "junit_name": junit_name,
     }
+
+
+def _node_cpu(figures: dict[str, float]) -> dict[str, object]:
+    """The node's CPU while a check ran, shown apart from its metrics (those are KubeRay's doing);
+    `starved` marks a check that ran on a node at or above node_pressure.STARVED_PERCENT."""
+    if not figures:
+        return {}
+    highest = figures.get("pressure_max_percent", 0.0)
+    parts = [f"mean {figures.get('pressure_mean_percent', 0.0):.0f}%", f"max {highest:.0f}%"]
+    if figures.get("admission_wait_s"):
+        parts.append(f"waited {figures['admission_wait_s']:.0f} s for room")
+    return {"text": "node CPU " + ", ".join(parts), "starved": highest >= STARVED_PERCENT}
 
 
 def junit_names(test_id: str) -> tuple[str, str]:

@@ -11,6 +11,9 @@ import base64
 from typing import Any
 
 from conformance.kube.manifests import render
+from conformance.kube.ray import Ray
+from conformance.kube.wait import WaitTimeout
+from conformance.timeouts import Timeouts
 
 FAILS = "python -c \"import sys; print('failing on purpose'); sys.exit(3)\""
 
@@ -94,3 +97,75 @@ def fixed_workers(values: dict[str, Any], replicas: int = 1) -> list[dict[str, A
             "resources": values["worker_resources"]}]}},
     }  # fmt: skip
     return [group]
+
+
+# -- following a RayJob's status ----------------------------------------------------------
+
+FINISHED = ("Complete", "Failed", "ValidationFailed")
+
+
+def status(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("status", {})
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    return f"{status(obj).get('jobDeploymentStatus')}/{status(obj).get('jobStatus')}"
+
+
+def job_timeout(timeouts: Timeouts) -> float:
+    """How long a RayJob may take to run or end: its cluster up plus its objects applied."""
+    return timeouts.ready + timeouts.apply
+
+
+class Tracker:
+    """Follows one RayJob and remembers every deployment status it passed through."""
+
+    def __init__(self, ray: Ray, name: str) -> None:
+        self.ray, self.name = ray, name
+        self.seen: list[str] = []
+
+    def _note(self, obj: dict[str, Any]) -> None:
+        state = status(obj).get("jobDeploymentStatus")
+        if state and (not self.seen or self.seen[-1] != state):
+            self.seen.append(state)
+
+    def until(self, predicate: Any, what: str, timeout: float) -> dict[str, Any]:
+        """Wait on the RayJob's status (KubeRay's behaviour): running out is an AssertionError."""
+
+        def observe(obj: dict[str, Any]) -> bool:
+            self._note(obj)
+            return predicate(obj)
+
+        try:
+            return self.ray.wait(
+                "rayjobs", self.name, observe, what=what, timeout=timeout, describe=_describe
+            )
+        except WaitTimeout as exc:
+            raise AssertionError(f"{exc} (deployment statuses seen: {self.seen})") from exc
+
+    def running(self, timeouts: Timeouts) -> dict[str, Any]:
+        return self.until(
+            lambda o: status(o).get("jobDeploymentStatus") == "Running",
+            f"RayJob {self.name} to run",
+            job_timeout(timeouts),
+        )
+
+    def finished(self, timeout: float) -> dict[str, Any]:
+        return self.until(
+            lambda o: status(o).get("jobDeploymentStatus") in FINISHED,
+            f"RayJob {self.name} to finish",
+            timeout,
+        )
+
+
+def start(ray: Ray, body: dict[str, Any]) -> Tracker:
+    ray.create("rayjobs", body)
+    return Tracker(ray, body["metadata"]["name"])
+
+
+def completed(job: Tracker, timeouts: Timeouts) -> dict[str, Any]:
+    """Wait for the job's end: its entrypoint succeeds, so any other end is KubeRay failing it."""
+    final = job.finished(job_timeout(timeouts))
+    state = status(final).get("jobDeploymentStatus")
+    assert state == "Complete", f"RayJob {job.name} ended {state}, not Complete: {status(final)}"
+    return final

@@ -20,74 +20,20 @@ from kubernetes import client
 from conformance.kube.deletions import DeletionTimes, parse_time
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
-from conformance.kube.wait import WaitTimeout, behaviour, holds_for, wait_gone
+from conformance.kube.wait import behaviour, holds_for, wait_gone
 from conformance.profiles import Profile
 from conformance.suites import rayjobs
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("rayjob")
 
-FINISHED = ("Complete", "Failed", "ValidationFailed")
 CLOCK_TOLERANCE_S = 1.0  # status times have second resolution
 DELETION_POLICY = pytest.mark.requires("gate:RayJobDeletionPolicy")
-
-
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("status", {})
-
-
-def _describe(obj: dict[str, Any]) -> str:
-    status = _status(obj)
-    return f"{status.get('jobDeploymentStatus')}/{status.get('jobStatus')}"
-
-
-class Tracker:
-    """Follows one RayJob and remembers every deployment status it passed through."""
-
-    def __init__(self, ray: Ray, name: str) -> None:
-        self.ray, self.name = ray, name
-        self.seen: list[str] = []
-
-    def _note(self, obj: dict[str, Any]) -> None:
-        state = _status(obj).get("jobDeploymentStatus")
-        if state and (not self.seen or self.seen[-1] != state):
-            self.seen.append(state)
-
-    def until(self, predicate: Any, what: str, timeout: float) -> dict[str, Any]:
-        """Wait on the RayJob's status (KubeRay's behaviour): running out is an AssertionError."""
-
-        def observe(obj: dict[str, Any]) -> bool:
-            self._note(obj)
-            return predicate(obj)
-
-        try:
-            return self.ray.wait(
-                "rayjobs", self.name, observe, what=what, timeout=timeout, describe=_describe
-            )
-        except WaitTimeout as exc:
-            raise AssertionError(f"{exc} (deployment statuses seen: {self.seen})") from exc
-
-    def running(self, timeouts: Timeouts) -> dict[str, Any]:
-        return self.until(
-            lambda o: _status(o).get("jobDeploymentStatus") == "Running",
-            f"RayJob {self.name} to run",
-            _job_timeout(timeouts),
-        )
-
-    def finished(self, timeout: float) -> dict[str, Any]:
-        return self.until(
-            lambda o: _status(o).get("jobDeploymentStatus") in FINISHED,
-            f"RayJob {self.name} to finish",
-            timeout,
-        )
-
-
-def _completed(job: Tracker, timeouts: Timeouts) -> dict[str, Any]:
-    """Wait for the job's end: its entrypoint succeeds, so any other end is KubeRay failing it."""
-    final = job.finished(_job_timeout(timeouts))
-    state = _status(final).get("jobDeploymentStatus")
-    assert state == "Complete", f"RayJob {job.name} ended {state}, not Complete: {_status(final)}"
-    return final
+# Shared with the rayjob control checks (conformance/suites/rayjobs.py); short names keep the
+# checks below readable.
+_status, _start, _completed = rayjobs.status, rayjobs.start, rayjobs.completed
+_job_timeout = rayjobs.job_timeout
+FINISHED = rayjobs.FINISHED
 
 
 def _seconds_after_end(final: dict[str, Any], at: float) -> float:
@@ -102,15 +48,6 @@ def _within(what: str, took: float, configured: float, slack: float) -> None:
     """KubeRay promises `what` no sooner than `configured` seconds; the profile allows `slack` more."""
     assert took >= configured - CLOCK_TOLERANCE_S, f"{what} after {took:.1f}s, before its {configured}s"
     assert took <= configured + slack, f"{what} after {took:.1f}s: {configured}s + slack {slack}s at most"
-
-
-def _start(ray: Ray, body: dict[str, Any]) -> Tracker:
-    ray.create("rayjobs", body)
-    return Tracker(ray, body["metadata"]["name"])
-
-
-def _job_timeout(timeouts: Timeouts) -> float:
-    return timeouts.ready + timeouts.apply
 
 
 # -- the happy path, per submission mode ------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from .behind_the_back import drop_crd_fields, drop_rbac, probe, raycluster_spec
+from .behind_the_back import drop_crd_fields, drop_rbac, json_patch, probe, raycluster_spec
 from .faults import Fault
 from .rogue import Rogue, before_checks, side_by_side
 
@@ -23,6 +23,13 @@ INVALID_CASES = (
     "delete_cluster_with_cluster_selector",
     "ttl_without_shutdown",
 )
+CONTROL = "test_rayjob_control.py::"
+STOP_CHECK = CONTROL + "test_ray_job_stopped_through_rays_job_api_ends_complete_with_stopped"
+MANAGED_BY_CHECK = (
+    CONTROL + "test_managed_by_multikueue_is_left_alone_and_immutable_and_unknown_managers_refused"
+)
+STOPPED_JOB = "stopped"  # the RayJob the stop check makes
+NOWHERE = "http://127.0.0.1:9"  # the operator pod's own loopback, where nothing listens
 STOP_JOB_FINALIZER = "ray.io/rayjob-finalizer"  # utils.RayJobStopJobFinalizer
 OPERATOR_CLUSTER_ROLE = "kuberay-operator"
 
@@ -66,6 +73,39 @@ def stale_crd_without_validated_fields(rogue: Rogue) -> None:
     )
     paths = [["deletionStrategy"], ["ttlSecondsAfterFinished"], ["submitterPodTemplate"], ["suspend"]]
     drop_crd_fields(rogue, "rayjobs", paths, probe("RayJob", spec))
+
+
+@before_checks
+def stale_crd_without_suspend(rogue: Rogue) -> None:
+    """A RayJob CRD without `suspend` (hand-trimmed): the API server drops it, so a RayJob created
+    suspended (as Kueue creates them) starts its cluster at once."""
+    drop_crd_fields(rogue, "rayjobs", [["suspend"]], probe("RayJob", _job_spec(suspend=True)))
+
+
+@before_checks
+def stale_crds_without_managed_by(rogue: Rogue) -> None:
+    """RayJob and RayCluster CRDs without `managedBy` (before 1.3.0's): the API server drops it and
+    its validation, so KubeRay reconciles what MultiKueue manages and any manager name is accepted."""
+    managed = {"managedBy": "kueue.x-k8s.io/multikueue"}
+    drop_crd_fields(rogue, "rayjobs", [["managedBy"]], probe("RayJob", _job_spec(**managed)))
+    drop_crd_fields(
+        rogue, "rayclusters", [["managedBy"]], probe("RayCluster", {**raycluster_spec(), **managed})
+    )
+
+
+def lose_the_job_server_once_running(rogue: Rogue) -> None:
+    """Once the stop check's Ray job runs, the dashboard URL KubeRay recorded for its RayJob points
+    where nothing listens: KubeRay no longer learns the Ray job's status, as an operator that stops
+    polling a running job would, so a job stopped from outside never ends its RayJob."""
+    for job in rogue.ray_objects("rayjobs"):
+        meta, status = job["metadata"], job.get("status") or {}
+        url = status.get("dashboardURL")
+        if meta["name"] != STOPPED_JOB or status.get("jobStatus") != "RUNNING" or url in (None, NOWHERE):
+            continue
+        path = "/status/dashboardURL"
+        ops = [{"op": "test", "path": path, "value": url}, {"op": "replace", "path": path, "value": NOWHERE}]
+        if json_patch(rogue, "rayjobs", meta, ops, status=True):
+            rogue.acted(f"pointed RayJob {meta['namespace']}/{meta['name']}'s dashboardURL at {NOWHERE}")
 
 
 @before_checks
@@ -294,5 +334,37 @@ FAULTS = [
         bystanders=(BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",),
         run_args=("--timeout", "cleanup=60"),
         evidence=("rayjob-finalizer", "to be gone", "did not stay"),
+    ),
+    Fault(
+        name="rayjob-created-suspended-runs-at-once",
+        area="rayjob",
+        misbehaviour="a RayJob created with `suspend: true` creates its RayCluster and runs at once "
+        "(a CRD without suspend drops it)",
+        rogue=stale_crd_without_suspend,
+        catches=(CONTROL + "test_created_suspended_makes_nothing_until_resumed_then_completes",),
+        bystanders=(HAPPY + "[K8sJobMode]",),
+        run_args=("--timeout", "apply=30"),
+        evidence="to be Suspended",
+    ),
+    Fault(
+        name="managed-by-dropped-by-stale-crds",
+        area="rayjob",
+        misbehaviour="KubeRay reconciles RayJobs and RayClusters that MultiKueue manages, and any "
+        "managedBy value is accepted (CRDs without managedBy drop it)",
+        rogue=stale_crds_without_managed_by,
+        catches=(f"{MANAGED_BY_CHECK}[rayjobs]", f"{MANAGED_BY_CHECK}[rayclusters]"),
+        bystanders=(HAPPY + "[K8sJobMode]",),
+        evidence="MultiKueue manages",
+    ),
+    Fault(
+        name="stopped-ray-job-never-seen",
+        area="rayjob",
+        misbehaviour="KubeRay stops following a running Ray job (its job server unreachable for it): "
+        "a job stopped through Ray's job API leaves its RayJob Running",
+        rogue=lose_the_job_server_once_running,
+        catches=tuple(f"{STOP_CHECK}[{mode}]" for mode in ("K8sJobMode", "HTTPMode", "SidecarMode")),
+        bystanders=(HAPPY + "[HTTPMode]",),
+        run_args=("--timeout", "cleanup=60"),
+        evidence="RayJob stopped to finish",
     ),
 ]

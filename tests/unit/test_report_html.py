@@ -280,3 +280,23 @@ def test_an_exposing_profile_is_marked_in_the_environment_table() -> None:
     assert row(None) == ""
     assert "inside the cluster only" in row("ClusterIP")
     assert "EXPOSED" in row("NodePort") and row("LoadBalancer").startswith("LoadBalancer")
+
+
+def test_the_nodes_cpu_is_shown_apart_from_the_metrics_and_a_starved_node_is_marked(tmp_path: Path) -> None:
+    summary = _summary()
+    calm = Result(
+        "conformance/suites/test_rc.py::test_calm", "raycluster", "passed", 2.0, metrics={"x_s": 1.0}
+    )
+    calm.node_cpu = {"pressure_mean_percent": 20.0, "pressure_max_percent": 41.0}
+    busy = Result(
+        "conformance/suites/test_rc.py::test_busy", "raycluster", "failed", 2.0, "AssertionError: y"
+    )
+    busy.node_cpu = {"pressure_mean_percent": 70.0, "pressure_max_percent": 88.0, "admission_wait_s": 12.0}
+    summary.add(calm)
+    summary.add(busy)
+    text = html.render(html.Inputs(summary=summary, run_dir=tmp_path, chart_js=None))
+    page = Tags(text)
+    assert len(page.find("span", **{"class": "node-cpu"})) == 1  # the calm one
+    assert len(page.find("span", **{"class": "node-cpu starved"})) == 1
+    assert "node CPU mean 70%, max 88%, waited 12 s for room" in text
+    assert len(page.find("span", **{"class": "metric"})) == 2  # recovery_s and x_s: no CPU figure among them
