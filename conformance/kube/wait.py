@@ -187,8 +187,9 @@ def holds_for(
     items = _items(listing)
     if not items:
         return "no object matched at the start"
-    if not all(predicate(item) for item in items):
-        return "did not hold at the start"
+    broken = [_name_of(item) for item in items if not predicate(item)]
+    if broken:
+        return f"{', '.join(broken)} did not hold at the start"
     names = {_name_of(item) for item in items}
     deadline = time.monotonic() + duration
     with progress(f"watching that {what} for {duration:.0f}s"):
