@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -408,11 +409,11 @@ def _fields(output: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
 
 
-def _start_redis(ray: Ray, profile: Any, timeouts: Timeouts) -> Any:
+def _start_redis(ray: Ray, profile: Any, timeouts: Timeouts, password: str = "") -> Any:
     from kubernetes import utils  # noqa: PLC0415 - only these checks apply multi-object add-ons
 
     for obj in render_all("addons/redis.yaml", name=REDIS, image=profile.redis_image,
-                          pull_policy=profile.pull_policy):  # fmt: skip
+                          pull_policy=profile.pull_policy, password=password):  # fmt: skip
         utils.create_from_dict(ray.api, obj, namespace=ray.namespace)
     return wait_for(
         ray.core.list_namespaced_pod,
@@ -424,8 +425,9 @@ def _start_redis(ray: Ray, profile: Any, timeouts: Timeouts) -> Any:
     )
 
 
-def _redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str) -> int:
-    out = ray.exec(redis_pod, ["redis-cli", "--scan", "--pattern", f"*{storage_namespace}*"])
+def _redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str, password: str = "") -> int:
+    auth = ["-a", password, "--no-auth-warning"] if password else []
+    out = ray.exec(redis_pod, ["redis-cli", *auth, "--scan", "--pattern", f"*{storage_namespace}*"])
     return len(out.split())
 
 
@@ -535,13 +537,63 @@ def test_gcs_ft_cluster_deletion_cleans_its_redis_state(
     """Catches: a deleted GCS fault-tolerant RayCluster leaving its state in Redis (the cleanup
     finalizer off, as ENABLE_GCS_FT_REDIS_CLEANUP=false does)."""
     cluster, redis_pod = _ft_cluster(ray, cluster_values, profile, timeouts)
-    storage = _storage_namespace(ray.head_pod(cluster))
+    head = ray.head_pod(cluster)
+    storage = _storage_namespace(head)
     assert _redis_keys(ray, redis_pod, storage) > 0, f"no state in Redis under {storage}"
+    env = _env(head)
+    assert "REDIS_PASSWORD" not in env, "KubeRay set REDIS_PASSWORD on a head whose Redis has no password"
     started = time.monotonic()
     ray.delete("rayclusters", cluster)
     with behaviour("deleting a GCS fault-tolerant RayCluster removes its state from Redis"):
         wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {cluster}", timeout=timeouts.cleanup,
                   field_selector=f"metadata.name={cluster}")  # fmt: skip
         left = _redis_keys(ray, redis_pod, storage)
+    metrics["cleanup_s"] = round(time.monotonic() - started, 2)
+    assert left == 0, f"{left} Redis keys of {storage} are left after the cluster was deleted"
+
+
+def _env(pod: Any) -> dict[str, Any]:
+    """The Ray container's environment variables by name."""
+    return {var.name: var for var in pod.spec.containers[0].env or []}
+
+
+REDIS_SECRET = "redis-password"
+
+
+@pytest.mark.usefixtures("redis_outlives_the_cluster")
+def test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state(
+    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    """Catches: GCS fault tolerance on a password-protected Redis, the password in a Secret, that
+    does not reach Ray (no state in Redis), is written into the pod spec instead of referring to
+    the Secret, points RAY_REDIS_ADDRESS elsewhere than the configured address, or leaves the
+    deleted cluster's state in Redis (its cleanup without the password)."""
+    password = f"krc-{uuid.uuid4().hex[:12]}"
+    ray.core.create_namespaced_secret(
+        ray.namespace, {"metadata": {"name": REDIS_SECRET}, "stringData": {"password": password}}
+    )
+    redis_pod = _start_redis(ray, profile, timeouts, password=password)
+    values = {**cluster_values, "name": FT_CLUSTER, "redis_address": f"{REDIS}:6379"}
+    ray.create("rayclusters", render("ray/raycluster.yaml", **values, redis_password_secret=REDIS_SECRET))
+    ray.wait_cluster_ready(FT_CLUSTER, timeouts.ready)
+    head = ray.head_pod(FT_CLUSTER)
+    env = _env(head)
+    address = env.get("RAY_REDIS_ADDRESS")
+    assert address is not None and f"{REDIS}:6379" in (address.value or ""), f"RAY_REDIS_ADDRESS: {address}"
+    given = env.get("REDIS_PASSWORD")
+    reference = given.value_from.secret_key_ref if given is not None and given.value_from else None
+    assert reference is not None and reference.name == REDIS_SECRET and not given.value, (
+        f"the head's REDIS_PASSWORD does not refer to Secret {REDIS_SECRET}: {given}"
+    )
+    storage = _storage_namespace(head)
+    assert _redis_keys(ray, redis_pod, storage, password) > 0, (
+        f"no state in the protected Redis under {storage}"
+    )
+    started = time.monotonic()
+    ray.delete("rayclusters", FT_CLUSTER)
+    with behaviour("deleting the RayCluster removes its state from the password-protected Redis"):
+        wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {FT_CLUSTER}", timeout=timeouts.cleanup,
+                  field_selector=f"metadata.name={FT_CLUSTER}")  # fmt: skip
+        left = _redis_keys(ray, redis_pod, storage, password)
     metrics["cleanup_s"] = round(time.monotonic() - started, 2)
     assert left == 0, f"{left} Redis keys of {storage} are left after the cluster was deleted"

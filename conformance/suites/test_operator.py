@@ -357,7 +357,8 @@ def test_raycronjob_names_each_rayjob_by_its_scheduled_minute(cron_setup: CronSe
 
 @pytest.mark.requires("kuberay>=1.6.0")
 def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
-    """Catches: a suspended RayCronJob that is still scheduled or still makes RayJobs."""
+    """Catches: a suspended RayCronJob that is still scheduled or still makes RayJobs, and one
+    resumed that never makes a RayJob again."""
     ray = cron_setup.watched
     ray.patch("raycronjobs", cron_setup.name, {"spec": {"suspend": True}})
     before = {j["metadata"]["name"] for j in _made_by(ray, cron_setup.name)}
@@ -373,6 +374,16 @@ def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
     after = {j["metadata"]["name"] for j in _made_by(ray, cron_setup.name)}
     assert not broken, f"a suspended RayCronJob was scheduled: {broken}"
     assert after == before, f"new RayJobs while suspended: {sorted(after - before)}"
+    ray.patch("raycronjobs", cron_setup.name, {"spec": {"suspend": False}})
+    with behaviour(f"RayCronJob {cron_setup.name}, resumed, makes a RayJob again"):
+        ray.wait(
+            "raycronjobs",
+            cron_setup.name,
+            lambda _cron: bool({j["metadata"]["name"] for j in _made_by(ray, cron_setup.name)} - after),
+            what=f"a RayJob of {cron_setup.name} made after its resume",
+            timeout=60.0 + TICK_GRACE_S,  # within the next tick
+            describe=lambda cron: f"lastScheduleTime={cron.get('status', {}).get('lastScheduleTime')}",
+        )
 
 
 # -- CRD lifecycle ----------------------------------------------------------------------

@@ -295,13 +295,17 @@ def _validation_cases(values: dict[str, Any]) -> dict[str, tuple[dict[str, Any],
              "deletionStrategy": rules},
             "ClusterSelector"),
         "ttl_without_shutdown": ({"ttlSecondsAfterFinished": 30}, "shutdownAfterJobFinishes"),
+        # As Kueue requires: a suspended RayJob must let KubeRay delete its cluster on resume's end.
+        "suspend_without_shutdown": ({"suspend": True}, "not allowed to be suspended"),
+        "runtime_env_not_yaml": ({"runtimeEnvYAML": "env_vars: [never closed"}, "RuntimeEnvYAML"),
     }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", [
     pytest.param(case, marks=DELETION_POLICY) for case in (
         "rules_with_shutdown", "ttls_out_of_order", "delete_workers_with_autoscaling",
-        "delete_cluster_with_cluster_selector")] + ["ttl_without_shutdown"])  # fmt: skip
+        "delete_cluster_with_cluster_selector")]
+    + ["ttl_without_shutdown", "suspend_without_shutdown", "runtime_env_not_yaml"])  # fmt: skip
 def test_invalid_spec_ends_in_validation_failed_with_a_message(
     case: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:

@@ -169,6 +169,41 @@ def test_holds_for_still_sees_a_change_made_while_its_watch_was_silent(
     assert broke.startswith(f"{namespace}/changes stopped holding"), broke
 
 
+def test_stays_absent_sees_an_object_made_while_its_watch_was_silent(
+    proxied: tuple[Proxy, client.ApiClient], short_timeouts: None, namespace: str, core: client.CoreV1Api
+) -> None:
+    proxy, api = proxied
+
+    def freeze_then_make() -> None:
+        proxy.freeze()
+        _config_map(core, namespace, "late")  # not via the proxy
+
+    threading.Timer(1, freeze_then_make).start()
+    made = wait.stays_absent(
+        client.CoreV1Api(api).list_namespaced_config_map,
+        what="config map late",
+        duration=20,
+        namespace=namespace,
+        field_selector="metadata.name=late",
+    )
+    assert made in (f"{namespace}/late appeared", f"{namespace}/late exists"), made
+
+
+def test_stays_absent_watches_its_whole_window_when_nothing_comes(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    started = time.monotonic()
+    made = wait.stays_absent(
+        core.list_namespaced_config_map,
+        what="config map never",
+        duration=5,
+        namespace=namespace,
+        field_selector="metadata.name=never",
+    )
+    assert made == ""
+    assert time.monotonic() - started >= 5
+
+
 def _stale_lists(list_fn: Any, calls: list[str]) -> Any:
     """`list_fn`, whose first list reports resource version 1, long compacted away: the watch that
     follows gets a real 410 Gone."""

@@ -85,9 +85,13 @@ FAULTS = [
     Fault(
         name="gcs-ft-redis-not-cleaned",
         area="fault-recovery",
-        misbehaviour="deleting a GCS fault-tolerant RayCluster leaves its state in Redis",
+        misbehaviour="deleting a GCS fault-tolerant RayCluster leaves its state in Redis (with or "
+        "without a Redis password)",
         env={"ENABLE_GCS_FT_REDIS_CLEANUP": "false"},
-        catches=(RECOVERY + "test_gcs_ft_cluster_deletion_cleans_its_redis_state",),
+        catches=(
+            RECOVERY + "test_gcs_ft_cluster_deletion_cleans_its_redis_state",
+            RECOVERY + "test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state",
+        ),
         bystanders=(RECOVERY + "test_deleted_worker_is_replaced_and_rejoins_ray",),
         evidence="Redis keys",
     ),

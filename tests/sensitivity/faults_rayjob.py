@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .behind_the_back import drop_crd_fields, drop_rbac, json_patch, probe, raycluster_spec
@@ -29,6 +30,9 @@ MANAGED_BY_CHECK = (
     CONTROL + "test_managed_by_multikueue_is_left_alone_and_immutable_and_unknown_managers_refused"
 )
 STOPPED_JOB = "stopped"  # the RayJob the stop check makes
+NO_HEAD_RESTART = (
+    "ray.io/disable-provisioned-head-restart"  # utils.DisableProvisionedHeadRestartAnnotationKey
+)
 NOWHERE = "http://127.0.0.1:9"  # the operator pod's own loopback, where nothing listens
 STOP_JOB_FINALIZER = "ray.io/rayjob-finalizer"  # utils.RayJobStopJobFinalizer
 OPERATOR_CLUSTER_ROLE = "kuberay-operator"
@@ -76,10 +80,12 @@ def stale_crd_without_validated_fields(rogue: Rogue) -> None:
 
 
 @before_checks
-def stale_crd_without_suspend(rogue: Rogue) -> None:
-    """A RayJob CRD without `suspend` (hand-trimmed): the API server drops it, so a RayJob created
-    suspended (as Kueue creates them) starts its cluster at once."""
-    drop_crd_fields(rogue, "rayjobs", [["suspend"]], probe("RayJob", _job_spec(suspend=True)))
+def stale_crd_without_suspend_and_runtime_env(rogue: Rogue) -> None:
+    """A RayJob CRD without `suspend` and `runtimeEnvYAML` (hand-trimmed): the API server drops
+    them, so a RayJob created suspended (as Kueue creates them) starts its cluster at once, and
+    KubeRay never sees a suspend it must refuse or a runtime environment that is not YAML."""
+    spec = _job_spec(suspend=True, runtimeEnvYAML="env_vars: {}")
+    drop_crd_fields(rogue, "rayjobs", [["suspend"], ["runtimeEnvYAML"]], probe("RayJob", spec))
 
 
 @before_checks
@@ -106,6 +112,52 @@ def lose_the_job_server_once_running(rogue: Rogue) -> None:
         ops = [{"op": "test", "path": path, "value": url}, {"op": "replace", "path": path, "value": NOWHERE}]
         if json_patch(rogue, "rayjobs", meta, ops, status=True):
             rogue.acted(f"pointed RayJob {meta['namespace']}/{meta['name']}'s dashboardURL at {NOWHERE}")
+
+
+def submitter_jobs_without_retries(rogue: Rogue) -> None:
+    """Every RayJob's submitter Job gets backoffLimit 0 (KubeRay gives it 2): a submitter pod that
+    is lost is never replaced, as with an operator that leaves its submitter no retry."""
+    batch = client.BatchV1Api(rogue.api)
+    for event in rogue.events(batch.list_job_for_all_namespaces):
+        job = event["object"]
+        owners = [ref.kind for ref in job.metadata.owner_references or []]
+        if event["type"] != "ADDED" or "RayJob" not in owners or job.spec.backoff_limit == 0:
+            continue
+        if not rogue.in_run(job):
+            continue
+        batch.patch_namespaced_job(job.metadata.name, job.metadata.namespace, {"spec": {"backoffLimit": 0}})
+        rogue.acted(f"set backoffLimit 0 on submitter Job {job.metadata.namespace}/{job.metadata.name}")
+
+
+def sidecar_heads_restartable(rogue: Rogue) -> None:
+    """The annotation by which a SidecarMode RayJob's RayCluster asks KubeRay never to re-create a
+    provisioned head is taken off: a lost head comes back, without the job it ran."""
+    for cluster in rogue.ray_objects("rayclusters"):
+        meta = cluster["metadata"]
+        if (meta.get("annotations") or {}).get(NO_HEAD_RESTART) is None:
+            continue
+        path = "/metadata/annotations/" + NO_HEAD_RESTART.replace("~", "~0").replace("/", "~1")
+        if json_patch(rogue, "rayclusters", meta, [{"op": "remove", "path": path}]):
+            rogue.acted(f"removed {NO_HEAD_RESTART} from RayCluster {meta['namespace']}/{meta['name']}")
+
+
+def interactive_jobs_run_at_once(rogue: Rogue) -> None:
+    """An InteractiveMode RayJob that reaches Waiting is moved to Running under a job id of the
+    operator's own, as an operator that does not wait for the user's id would."""
+    for job in rogue.ray_objects("rayjobs"):
+        meta, status = job["metadata"], job.get("status") or {}
+        if (
+            job["spec"].get("submissionMode") != "InteractiveMode"
+            or status.get("jobDeploymentStatus") != "Waiting"
+        ):
+            continue
+        ops = [
+            {"op": "test", "path": "/status/jobDeploymentStatus", "value": "Waiting"},
+            {"op": "replace", "path": "/status/jobDeploymentStatus", "value": "Running"},
+            {"op": "add", "path": "/status/jobId", "value": f"{meta['name']}-own-id"},
+        ]
+        if json_patch(rogue, "rayjobs", meta, ops, status=True):
+            rogue.acted(f"moved InteractiveMode RayJob {meta['namespace']}/{meta['name']} to Running")
 
 
 @before_checks
@@ -338,13 +390,19 @@ FAULTS = [
     Fault(
         name="rayjob-created-suspended-runs-at-once",
         area="rayjob",
-        misbehaviour="a RayJob created with `suspend: true` creates its RayCluster and runs at once "
-        "(a CRD without suspend drops it)",
-        rogue=stale_crd_without_suspend,
-        catches=(CONTROL + "test_created_suspended_makes_nothing_until_resumed_then_completes",),
+        misbehaviour="a RayJob created with `suspend: true` creates its RayCluster and runs at once, and "
+        "KubeRay accepts a suspend without shutdown and a runtime environment that is not YAML (a CRD "
+        "without suspend and runtimeEnvYAML drops them)",
+        rogue=stale_crd_without_suspend_and_runtime_env,
+        catches=(
+            CONTROL + "test_created_suspended_makes_nothing_until_resumed_then_completes",
+            INVALID + "[suspend_without_shutdown]",
+            INVALID + "[runtime_env_not_yaml]",
+        ),
         bystanders=(HAPPY + "[K8sJobMode]",),
-        run_args=("--timeout", "apply=30"),
-        evidence="to be Suspended",
+        # apply=10: each wait for Suspended or ValidationFailed ends before the job could complete.
+        run_args=("--timeout", "apply=10"),
+        evidence=("to be Suspended", "RayJob invalid to finish", "RayJob invalid to finish"),
     ),
     Fault(
         name="managed-by-dropped-by-stale-crds",
@@ -366,5 +424,36 @@ FAULTS = [
         bystanders=(HAPPY + "[HTTPMode]",),
         run_args=("--timeout", "cleanup=60"),
         evidence="RayJob stopped to finish",
+    ),
+    Fault(
+        name="lost-submitter-never-replaced",
+        area="rayjob",
+        misbehaviour="a K8sJobMode RayJob's submitter Job allows no retry: a submitter pod lost mid-run "
+        "is never replaced, so nothing follows the job to its end",
+        rogue=submitter_jobs_without_retries,
+        catches=(
+            CONTROL + "test_a_lost_submitter_is_replaced_and_follows_the_job_without_submitting_it_again",
+        ),
+        bystanders=(HAPPY + "[HTTPMode]",),  # no submitter Job
+        evidence="new submitter pod",
+    ),
+    Fault(
+        name="sidecar-job-head-re-created",
+        area="rayjob",
+        misbehaviour="a SidecarMode RayJob's lost head is re-created (its cluster loses "
+        "ray.io/disable-provisioned-head-restart), so the RayJob is not failed and its job is gone",
+        rogue=sidecar_heads_restartable,
+        catches=(CONTROL + "test_sidecar_mode_job_whose_head_is_lost_fails_without_a_new_head",),
+        bystanders=(HAPPY + "[SidecarMode]",),
+        evidence="a new head",
+    ),
+    Fault(
+        name="interactive-job-runs-without-an-id",
+        area="rayjob",
+        misbehaviour="an InteractiveMode RayJob leaves Waiting at once under a job id nobody submitted",
+        rogue=interactive_jobs_run_at_once,
+        catches=(CONTROL + "test_interactive_mode_waits_with_a_ready_cluster_until_given_a_job_id",),
+        bystanders=(HAPPY + "[HTTPMode]",),
+        evidence="left Waiting",
     ),
 ]

@@ -7,6 +7,22 @@ from .faults import Fault
 from .rogue import Rogue, before_checks
 
 SECURITY = "test_security.py::"
+ALPHA = "test_alpha_gates.py::test_an_alpha_field_with_its_gate_off_is_refused_and_makes_nothing"
+
+
+@before_checks
+def stale_crd_without_alpha_fields(rogue: Rogue) -> None:
+    """A RayCluster CRD without 1.7.0's networkPolicy, tlsOptions and gcsFaultToleranceOptions.backend
+    (an older CRD kept by Helm): the API server drops them, so KubeRay never sees the alpha
+    features asked for and makes the cluster without them, as if it ignored its gates."""
+    spec = {
+        **raycluster_spec(),
+        "networkPolicy": {"mode": "DenyAll"},
+        "tlsOptions": {"enabled": True},
+        "gcsFaultToleranceOptions": {"backend": "rocksdb"},
+    }
+    paths = [["networkPolicy"], ["tlsOptions"], ["gcsFaultToleranceOptions", "backend"]]
+    drop_crd_fields(rogue, "rayclusters", paths, probe("RayCluster", spec))
 
 
 def ingress_for_head_services(rogue: Rogue) -> None:
@@ -58,5 +74,17 @@ FAULTS = [
         catches=(SECURITY + "test_the_head_is_not_exposed_outside_the_cluster",),
         bystanders=(SECURITY + "test_dashboard_and_job_submission_require_the_token",),
         evidence="Ingress",
+    ),
+    Fault(
+        name="alpha-fields-dropped-by-a-stale-crd",
+        area="security",
+        misbehaviour="a RayCluster asking for network isolation, mTLS or the embedded GCS storage with "
+        "their gates off is made without them, unrefused (a stale CRD drops the fields)",
+        rogue=stale_crd_without_alpha_fields,
+        on_checkout=True,  # the fields and their gates are 1.7.0's
+        catches=tuple(f"{ALPHA}[{field}]" for field in ("networkPolicy", "tlsOptions", "rocksdb")),
+        bystanders=(SECURITY + "test_the_head_is_not_exposed_outside_the_cluster",),
+        run_args=("--timeout", "apply=30"),
+        evidence="InvalidRayClusterSpec event",
     ),
 ]
