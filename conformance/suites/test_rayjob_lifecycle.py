@@ -327,11 +327,14 @@ def test_invalid_spec_ends_in_validation_failed_with_a_message(
 # -- retries and deadlines --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("mode", ["K8sJobMode", "HTTPMode", "SidecarMode"])
 def test_backoff_limit_retries_with_a_new_cluster_each_time(
-    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
+    mode: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:
-    """Catches: backoffLimit ignored (fewer or more attempts than 1 + 2), or a retry reusing a cluster."""
-    job = _start(ray, rayjobs.job(cluster_values, "retries", rayjobs.FAILS, backoffLimit=2))
+    """Catches: backoffLimit ignored in this submission mode (fewer or more attempts than 1 + 2),
+    or a retry reusing a cluster."""
+    body = rayjobs.job(cluster_values, "retries", rayjobs.FAILS, backoffLimit=2, submissionMode=mode)
+    job = _start(ray, body)
     clusters: set[str] = set()
 
     def failed_for_good(obj: dict[str, Any]) -> bool:
