@@ -7,6 +7,7 @@ unmet ones stay pending, which is what drives the autoscaler.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +24,10 @@ from conformance.timeouts import Timeouts
 
 # Scripts run by `python -c` in the head; argv carries the numbers.
 ASK = """
-import sys, ray
+import json, sys, ray
 ray.init(address="auto", namespace="krc", logging_level="ERROR")
 count, cpus, gpus, tag = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+custom = json.loads(sys.argv[5])
 
 @ray.remote
 class Hold:
@@ -33,7 +35,8 @@ class Hold:
         return 1
 
 for i in range(count):
-    Hold.options(name=f"hold-{tag}{i}", lifetime="detached", num_cpus=cpus, num_gpus=gpus).remote()
+    Hold.options(name=f"hold-{tag}{i}", lifetime="detached", num_cpus=cpus, num_gpus=gpus,
+                 resources=custom).remote()
 print("asked", count)
 """
 RELEASE = """
@@ -54,9 +57,19 @@ print("alive", states.count("ALIVE"), "pending", len(states) - states.count("ALI
 """
 
 
-def ask(ray: Ray, cluster: str, count: int, cpus: float = 1, gpus: float = 0, tag: str = "") -> None:
-    """Ask for `count` actors of `cpus` CPUs and `gpus` GPUs each; returns once they are asked for."""
-    ray.exec(ray.head_pod(cluster), ["python", "-c", ASK, str(count), str(cpus), str(gpus), tag])
+def ask(
+    ray: Ray,
+    cluster: str,
+    count: int,
+    cpus: float = 1,
+    gpus: float = 0,
+    tag: str = "",
+    custom: dict[str, float] | None = None,
+) -> None:
+    """Ask for `count` actors of `cpus` CPUs, `gpus` GPUs and `custom` resources each; returns
+    once they are asked for."""
+    argv = [str(count), str(cpus), str(gpus), tag, json.dumps(custom or {})]
+    ray.exec(ray.head_pod(cluster), ["python", "-c", ASK, *argv])
 
 
 def release(ray: Ray, cluster: str) -> None:

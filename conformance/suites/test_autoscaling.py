@@ -166,6 +166,32 @@ def test_scales_up_to_demand_within_max_and_down_after_idle(
     assert not any(restarts(ray, "scaler").values()), f"head containers restarted: {restarts(ray, 'scaler')}"
 
 
+def test_a_group_with_a_custom_resource_scales_only_for_demand_asking_it(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    """Catches: a worker group's custom resource (its `resources`) not declared to Ray or not known
+    to the autoscaler: demand asking it scales nothing, or scales the group without it."""
+    groups = [_group("plain", high=1), _group("special", high=1, ray_resources={"special": "1"})]
+    autoscaling_cluster(ray, cluster_values, "custom", groups, idle_timeout_s=IDLE_S)
+    ready(ray, "custom", timeouts)
+    with ScaleWatcher(ray, "custom", timeline.autoscaling("one actor asking the custom resource")) as watch:
+        asked = watch.event("1 actor asking {special: 1}")
+        ask(ray, "custom", 1, custom={"special": 1})
+        with behaviour("demand for a custom resource scales the group that has it"):
+            up = until(watch, _workers("special", 1), "1 special worker alive in Ray", timeouts.scale)
+        metrics["scale_up_s"] = round(up - asked, 2)
+        alive, pending = actors_placed(ray, "custom", 1)
+        assert (alive, pending) == (1, 0), (
+            f"the actor asking the custom resource: {alive} alive, {pending} pending"
+        )
+    watch.assert_evidence()
+    assert watch.max_pods("plain") == 0, "demand for a custom resource scaled the group without it"
+
+
 def test_per_group_idle_timeout_overrides_the_global_one(
     ray: Ray,
     cluster_values: dict[str, Any],

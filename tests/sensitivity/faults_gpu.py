@@ -33,12 +33,14 @@ FAULTS = [
     Fault(
         name="group-resources-dropped-by-a-stale-crd",
         area="gpu",
-        misbehaviour="a group's `resources` GPUs never reach Ray, and declaring them twice is accepted",
+        misbehaviour="a group's `resources` (GPUs, a custom resource) never reach Ray or the autoscaler, "
+        "and declaring GPUs twice is accepted",
         rogue=stale_crd_without_group_resources,
         catches=(
             GPU + "test_gpu_count_precedence_in_rays_view",
             GPU + "test_group_resources_and_ray_start_gpus_together_are_rejected",
+            "test_autoscaling.py::test_a_group_with_a_custom_resource_scales_only_for_demand_asking_it",
         ),
-        evidence="resources",
+        evidence=("resources", "resources", "custom resource"),
     ),
 ]
