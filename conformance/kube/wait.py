@@ -135,12 +135,14 @@ def poll_until(
     timeout: float,
     every: float = 2.0,
     retry_on: tuple[type[Exception], ...] = (),
+    describe: Callable[[], str] | None = None,
 ) -> T:
     """Ask `check` every `every` seconds until it returns something; WaitTimeout otherwise.
 
     Only for states no watch shows: what Ray reports about its nodes, what an app answers.
     `check` returns None for "not yet"; an exception in `retry_on` (say, while a head
-    restarts) also counts as "not yet", any other ends the wait.
+    restarts) also counts as "not yet", any other ends the wait. `describe` says what a "not
+    yet" saw, for the progress line and the timeout's last observed state.
     """
     deadline = time.monotonic() + timeout
     last_seen = "not yet"
@@ -152,6 +154,8 @@ def poll_until(
                 found, last_seen = None, f"{type(exc).__name__}: {str(exc)[:200]}"
             if found is not None:
                 return found
+            if describe is not None:
+                last_seen = describe()
             if time.monotonic() > deadline:
                 raise WaitTimeout(what, timeout, last_seen)
             line.update(last_seen)

@@ -33,3 +33,16 @@ def test_running_out_of_time_is_a_wait_timeout_naming_what_was_last_seen() -> No
 
     with pytest.raises(WaitTimeout, match="no head yet"):
         poll_until(check, what="the head", timeout=0.05, every=0.01, retry_on=(LookupError,))
+
+
+def test_a_timeout_names_what_describe_last_saw() -> None:
+    described: list[str] = []
+
+    def describe() -> str:
+        described.append(f"endpoints seen {len(described) + 1} times")
+        return described[-1]
+
+    with pytest.raises(WaitTimeout) as raised:
+        poll_until(lambda: None, what="the new head", timeout=0.05, every=0.01, describe=describe)
+    assert len(described) > 1
+    assert described[-1] in str(raised.value)
