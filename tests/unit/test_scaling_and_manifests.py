@@ -14,6 +14,7 @@ from conformance.kube.scaling import GroupSample, Sample, alive_workers, partial
 from conformance.profiles import load
 from conformance.suites.autoscaling import ScaleDownWindow
 from conformance.suites.conftest import manifest_values
+from conformance.suites.test_autoscaling_variants import _judge_ramp
 
 VALUES: dict[str, Any] = {
     "name": "c",
@@ -132,3 +133,26 @@ def test_every_bundled_profile_states_the_slacks_the_checks_read() -> None:
         stated = yaml.safe_load((profiles.BUNDLED / f"{name}.yaml").read_text())["thresholds"]
         assert keys <= set(stated), name
         assert all(load(name).thresholds[key] == stated[key] for key in keys), name
+
+
+@pytest.mark.parametrize(
+    ("version", "mode", "ramp", "fine"),
+    [
+        ("v2", "Default", [6], True),
+        ("v2", "Default", [5, 6], True),  # the demand reached the autoscaler in two rounds
+        ("v2", "Default", [1, 2, 4, 6], False),  # rate-limited as Conservative
+        ("v1", "Aggressive", [6], True),
+        ("v1", "Aggressive", [5, 6], False),  # what Conservative does too
+        ("v2", "Conservative", [1, 2, 4, 6], True),
+        ("v2", "Conservative", [1, 6], False),
+        ("v1", "Conservative", [5, 6], True),
+    ],
+)
+def test_upscaling_modes_are_judged_by_the_batches_conservative_allows(
+    version: str, mode: str, ramp: list[int], fine: bool
+) -> None:
+    if fine:
+        _judge_ramp(version, mode, ramp, "")
+    else:
+        with pytest.raises(AssertionError, match="batch"):
+            _judge_ramp(version, mode, ramp, "")
