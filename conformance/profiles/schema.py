@@ -99,6 +99,9 @@ class Thresholds(Section):
     route_propagation_allowance_s: Annotated[float, Field(ge=0)] = Field(
         3, description="answers this soon after an HTTPRoute weight change are not held against the weights"
     )
+    head_loss_outage_s: Annotated[float, Field(ge=0)] = Field(
+        120, description="a RayService whose head was lost answers again within this many seconds"
+    )
 
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:

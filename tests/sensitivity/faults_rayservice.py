@@ -142,6 +142,34 @@ def initializing_timeouts_removed(rogue: Rogue) -> None:
     annotate_each(rogue, "rayservices", INITIALIZING_TIMEOUT, None)
 
 
+SERVE_LABEL = "ray.io/serve"  # what the serve Service selects, set by KubeRay once a proxy is healthy
+
+
+def replacement_heads_kept_out_of_the_serve_service(rogue: Rogue) -> None:
+    """A head pod that replaces an earlier head of the same RayCluster is taken out of the serve
+    Service (ray.io/serve=false) each time KubeRay puts it in, as an operator that never labels a
+    re-created head would: the RayService's endpoints stay (almost always) empty after a head loss."""
+    first: dict[str, str] = {}
+    for event in rogue.events(rogue.core.list_pod_for_all_namespaces, label_selector="ray.io/node-type=head"):
+        pod = event["object"]
+        labels = pod.metadata.labels or {}
+        cluster = f"{pod.metadata.namespace}/{labels.get('ray.io/cluster', '')}"
+        if event["type"] == "DELETED" or first.setdefault(cluster, pod.metadata.uid) == pod.metadata.uid:
+            continue
+        if labels.get(SERVE_LABEL) != "true" or not rogue.in_run(pod):
+            continue
+        try:
+            patch = {"metadata": {"labels": {SERVE_LABEL: "false"}}}
+            rogue.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, patch)
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise
+        rogue.acted(
+            f"set {SERVE_LABEL}=false on the replacement head {pod.metadata.namespace}/{pod.metadata.name}"
+        )
+
+
 FAULTS = [
     Fault(
         name="rayservice-status-forbidden",
@@ -190,5 +218,16 @@ FAULTS = [
         catches=(RAYSERVICE + "test_invalid_incremental_upgrade_is_rejected",),
         bystanders=(READY,),
         evidence="ValidationFailed",
+    ),
+    Fault(
+        name="replacement-head-never-serves",
+        area="rayservice",
+        misbehaviour="a head re-created after a head loss is never put behind the serve Service",
+        rogue=replacement_heads_kept_out_of_the_serve_service,
+        catches=(
+            "test_rayservice_head_loss.py::"
+            "test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outage_budget",
+        ),
+        evidence="new head",
     ),
 ]
