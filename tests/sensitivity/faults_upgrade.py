@@ -19,6 +19,7 @@ from .rogue import Rogue, before_checks
 
 UPGRADE = "test_upgrade.py::"
 INCREMENTAL = UPGRADE + "test_incremental_upgrade_under_load"
+ROLLBACK = UPGRADE + "test_reverting_the_spec_mid_upgrade_rolls_back"
 STAMP = "/status/pendingServiceStatus/lastTrafficMigratedTime"
 
 
@@ -148,6 +149,34 @@ def upgrade_strategy_none_dropped_on_a_spec_change(rogue: Rogue) -> None:
         )
 
 
+def pending_cluster_deleted_when_a_rollback_starts(rogue: Rogue) -> None:
+    """As soon as a RayService reports RollbackInProgress, its pending RayCluster is deleted, as an
+    operator that drops the pending cluster at once would, instead of moving its traffic back by
+    steps first: the share of requests the route still sends there fails, and a cancelled
+    rollback can only finish on a cluster built anew."""
+    deleted: set[str] = set()
+    for svc in rogue.ray_objects("rayservices"):
+        status = svc.get("status") or {}
+        rolling_back = any(
+            c.get("type") == "RollbackInProgress" and c.get("status") == "True"
+            for c in status.get("conditions", [])
+        )
+        pending = (status.get("pendingServiceStatus") or {}).get("rayClusterName", "")
+        if not rolling_back or not pending or pending in deleted:
+            continue
+        namespace = svc["metadata"]["namespace"]
+        try:
+            rogue.custom.delete_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, "rayclusters", pending
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            continue
+        deleted.add(pending)
+        rogue.acted(f"deleted the pending RayCluster {namespace}/{pending} as RollbackInProgress appeared")
+
+
 FAULTS = [
     Fault(
         name="deletion-delay-dropped-by-a-stale-crd",
@@ -163,10 +192,7 @@ FAULTS = [
         misbehaviour="after an incremental upgrade's promotion, or a rollback, the RayCluster left "
         "behind stays 60 s, not the 10 s delay asked",
         rogue=stale_crd_without_deletion_delay,
-        catches=(
-            INCREMENTAL + "[step100-interval1-surge100]",
-            UPGRADE + "test_reverting_the_spec_mid_upgrade_rolls_back",
-        ),
+        catches=(INCREMENTAL + "[step100-interval1-surge100]", ROLLBACK + "[middle]"),
         evidence="rayClusterDeletionDelaySeconds",
     ),
     Fault(
@@ -206,5 +232,24 @@ FAULTS = [
             UPGRADE + "test_upgrade_strategy_none_applies_the_serve_config_in_place_and_not_the_cluster_spec",
         ),
         evidence="with upgradeStrategy None",
+    ),
+    Fault(
+        name="pending-cluster-dropped-at-once-on-rollback",
+        area="upgrade",
+        misbehaviour="a rollback deletes the pending RayCluster at once, while the route still "
+        "sends it traffic, instead of moving the traffic back by steps first",
+        rogue=pending_cluster_deleted_when_a_rollback_starts,
+        catches=(ROLLBACK + "[early]", ROLLBACK + "[cancelled]", ROLLBACK + "[third-spec]"),
+        bystanders=(ROLLBACK + "[before-traffic]",),
+        evidence=("failed requests", "not the pending", "failed requests"),
+    ),
+    Fault(
+        name="revert-before-traffic-on-1.6",
+        area="upgrade",
+        misbehaviour="KubeRay 1.6 (before PR #4989) takes a spec reverted before any traffic moved "
+        "for a third spec",
+        claimed_version="v1.7.0",
+        catches=(ROLLBACK + "[before-traffic]",),
+        evidence="reverted before any moved",
     ),
 ]
