@@ -11,6 +11,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.stream import stream
 
+from conformance.kube.pods import is_serving
 from conformance.kube.wait import behaviour, wait_for
 
 GROUP, VERSION = "ray.io", "v1"
@@ -92,6 +93,19 @@ class Ray:
             phases = [f"{p.metadata.name}: {p.status.phase}" for p in pods]
             raise HeadPodMissing(f"expected one head pod of RayCluster {cluster}, found {len(pods)} {phases}")
         return pods[0]
+
+    def wait_replaced(self, cluster: str, lost: client.V1Pod, node_type: str, timeout: float) -> client.V1Pod:
+        """The Ready pod of `node_type` that KubeRay made in place of the deleted `lost`."""
+        with behaviour(f"a deleted {node_type} pod of {cluster} is replaced by a Ready one"):
+            return wait_for(
+                self.core.list_namespaced_pod,
+                lambda p: p.metadata.uid != lost.metadata.uid and is_serving(p),
+                what=f"a new {node_type} pod of {cluster} to be Ready",
+                timeout=timeout,
+                describe=lambda p: f"{p.metadata.name} ({p.metadata.uid[:8]}): {p.status.phase}",
+                namespace=self.namespace,
+                label_selector=f"ray.io/cluster={cluster},ray.io/node-type={node_type}",
+            )
 
     def exec(self, pod: client.V1Pod, command: list[str], timeout: float = 120) -> str:
         """Run `command` in the pod's first container; raise ExecError on a non-zero exit."""

@@ -98,12 +98,12 @@ def _max_seen(watch: ScaleWatcher, group: str) -> int:
 # tasks live only as long as their driver, so the driver is a Ray job on the head (its
 # entrypoint takes no CPU), stopped through Ray's job API to release the demand.
 TASKS = """
-import sys, time, ray
+import sys, threading, ray
 ray.init(logging_level="ERROR")
 
 @ray.remote(num_cpus=1)
 def hold():
-    time.sleep(3600)
+    threading.Event().wait()  # holds its CPU until the job is stopped, with no bound to outlive
 
 ray.get([hold.remote() for _ in range(int(sys.argv[1]))])
 """

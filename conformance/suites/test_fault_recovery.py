@@ -80,16 +80,7 @@ def _ready_cluster(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts)
 
 def _delete_and_wait_replaced(ray: Ray, cluster: str, old: Any, node_type: str, timeouts: Timeouts) -> Any:
     ray.core.delete_namespaced_pod(old.metadata.name, ray.namespace)
-    with behaviour(f"a deleted {node_type} pod is replaced by a Ready one"):
-        return wait_for(
-            ray.core.list_namespaced_pod,
-            lambda p: p.metadata.uid != old.metadata.uid and is_serving(p),
-            what=f"a new {node_type} pod to be Ready",
-            timeout=timeouts.ready,
-            describe=lambda p: f"{p.metadata.name} ({p.metadata.uid[:8]}): {p.status.phase}",
-            namespace=ray.namespace,
-            label_selector=f"ray.io/cluster={cluster},ray.io/node-type={node_type}",
-        )
+    return ray.wait_replaced(cluster, old, node_type, timeouts.ready)
 
 
 def test_deleted_worker_is_replaced_and_rejoins_ray(

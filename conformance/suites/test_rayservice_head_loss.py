@@ -20,7 +20,7 @@ from kubernetes import client
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, poll_until, wait_for
+from conformance.kube.wait import behaviour, poll_until
 from conformance.load import analysis, traffic
 from conformance.load.generator import running
 from conformance.profiles import Profile
@@ -42,21 +42,6 @@ DATA_PLANE_S = 2
 @pytest.fixture
 def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
     return rs.rayservice_values(cluster_values, NAME)
-
-
-def _replacement(lost_uid: str):  # noqa: ANN202 - a pod predicate for wait_for
-    """Whether a head pod is a Ready replacement of the head `lost_uid`."""
-
-    def ready_replacement(pod: client.V1Pod) -> bool:
-        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-        return pod.metadata.uid != lost_uid and pod.metadata.deletion_timestamp is None and ready
-
-    return ready_replacement
-
-
-def _describe_pod(pod: client.V1Pod) -> str:
-    ready = [c.status for c in pod.status.conditions or [] if c.type == "Ready"]
-    return f"{pod.metadata.name} {pod.status.phase}, Ready {ready[0] if ready else '-'}"
 
 
 def _serve_endpoints(ray: Ray, service: str) -> set[str]:
@@ -116,16 +101,7 @@ def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outag
             deleted = time.time()
             ray.core.delete_namespaced_pod(lost.metadata.name, ray.namespace, grace_period_seconds=0)
             marks.append((deleted, f"head pod {lost.metadata.name} deleted"))
-            with behaviour(f"KubeRay re-creates the head of RayCluster {cluster} and it becomes Ready"):
-                head = wait_for(
-                    ray.core.list_namespaced_pod,
-                    _replacement(lost.metadata.uid),
-                    what=f"a new Ready head pod of {cluster}",
-                    timeout=timeouts.ready,
-                    describe=_describe_pod,
-                    namespace=ray.namespace,
-                    label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head",
-                )
+            head = ray.wait_replaced(cluster, lost, "head", timeouts.ready)
             metrics["head_ready_s"] = round(time.time() - deleted, 2)
             marks.append((time.time(), f"new head {head.metadata.name} Ready"))
             with behaviour(f"the serve Service {service} has the new head as its endpoint"):

@@ -38,15 +38,10 @@ def every_upscaling_mode_read_as_conservative(rogue: Rogue) -> None:
         options = spec.get("autoscalerOptions") or {}
         if not spec.get("enableInTreeAutoscaling") or options.get("upscalingMode") == "Conservative":
             continue
-        patch = {"spec": {"autoscalerOptions": {"upscalingMode": "Conservative"}}}
-        try:
-            rogue.custom.patch_namespaced_custom_object(
-                "ray.io", "v1", meta["namespace"], "rayclusters", meta["name"], patch
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                continue
-            raise
+        conservative = {**options, "upscalingMode": "Conservative"}
+        ops = [{"op": "add", "path": "/spec/autoscalerOptions", "value": conservative}]
+        if not json_patch(rogue, "rayclusters", meta, ops):
+            continue
         was = options.get("upscalingMode", "unset")
         rogue.acted(f"set upscalingMode Conservative (was {was}) on {meta['namespace']}/{meta['name']}")
 
