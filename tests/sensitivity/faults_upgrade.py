@@ -239,6 +239,7 @@ FAULTS = [
         misbehaviour="a rollback deletes the pending RayCluster at once, while the route still "
         "sends it traffic, instead of moving the traffic back by steps first",
         rogue=pending_cluster_deleted_when_a_rollback_starts,
+        on_checkout=True,  # the before-traffic bystander is a 1.7.0 behaviour
         catches=(ROLLBACK + "[early]", ROLLBACK + "[cancelled]", ROLLBACK + "[third-spec]"),
         bystanders=(ROLLBACK + "[before-traffic]",),
         evidence=("failed requests", "not the pending", "failed requests"),
