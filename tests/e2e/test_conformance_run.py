@@ -6,6 +6,7 @@ A smoke over the operator area (it installs KubeRay and checks it); the full sui
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import xml.etree.ElementTree as ET
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from cli_runs import run_cli
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from conformance.environment import RAY_CRDS
 from conformance.install import kuberay
@@ -161,7 +163,7 @@ def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
 ) -> None:
     """Runs after every check that needs KubeRay: it removes the operator and its CRDs."""
     api = config.new_client_from_config(str(local_cluster.kubeconfig))
-    _wait_no_ray_objects(api)
+    _remove_ray_objects(api)
     kuberay.uninstall_local(api, kuberay.OperatorSpec(version="v1.6.2"), remove_crds=True)
     for crd in RAY_CRDS:  # a CRD lingers while objects of its kind still have finalizers
         wait_gone(
@@ -183,13 +185,21 @@ def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
     assert not (tmp_path / "run").exists()
 
 
-def _wait_no_ray_objects(api: client.ApiClient) -> None:
-    """Earlier runs delete their namespaces without waiting; the operator must remove the Ray
-    objects' finalizers (a RayService's, say) before it goes, or their CRDs never go."""
+def _remove_ray_objects(api: client.ApiClient) -> None:
+    """Delete every Ray object left on the cluster and wait until the operator lets them go.
+
+    Earlier runs delete their namespaces without waiting, and a run killed outright (a CI runner
+    stopped, a session ended) leaves its namespace and objects behind. The operator must remove
+    their finalizers (a RayService's, say) before it goes, or their CRDs never go. These tests own
+    the local cluster and take it down at the end, and they do not start while a live run holds it."""
     custom = client.CustomObjectsApi(api)
     for plural in ("rayjobs", "rayservices", "rayclusters"):
 
         def listing(plural: str = plural, **kwargs: object) -> object:
             return custom.list_cluster_custom_object("ray.io", "v1", plural, **kwargs)
 
+        for item in listing()["items"]:
+            namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
+            with contextlib.suppress(ApiException):  # gone meanwhile
+                custom.delete_namespaced_custom_object("ray.io", "v1", namespace, plural, name)
         wait_gone(listing, what=f"every {plural} object of earlier runs", timeout=300)
