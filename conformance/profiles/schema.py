@@ -102,6 +102,9 @@ class Thresholds(Section):
     head_loss_outage_s: Annotated[float, Field(ge=0)] = Field(
         120, description="a RayService whose head was lost answers again within this many seconds"
     )
+    gcs_restart_failed_requests: Annotated[int, Field(ge=0)] = Field(
+        0, description="failed requests allowed while a GCS fault-tolerant RayService's gcs_server restarts"
+    )
 
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:

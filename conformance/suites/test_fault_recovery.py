@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from conformance.install import kuberay
-from conformance.kube.manifests import render, render_all
+from conformance.kube.manifests import render
 from conformance.kube.pods import is_serving
 from conformance.kube.ray import Ray
 from conformance.kube.wait import WaitTimeout, behaviour, poll_until, wait_for, wait_gone
-from conformance.suites import rayjobs
+from conformance.suites import ray_processes, rayjobs
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("fault-recovery")
@@ -242,16 +241,6 @@ def test_operator_killed_while_reconciling_resumes_without_duplicates(
 
 # -- killing Ray's own processes in the head container ---------------------------------
 
-# Finds a process by its command name inside the head container (its own PID namespace,
-# made by this check), so the kill below goes to exactly that PID.
-FIND_PROCESS = (
-    "import os, sys\n"
-    "name = sys.argv[1]\n"
-    "pids = [p for p in os.listdir('/proc') if p.isdigit()\n"
-    "        and open(f'/proc/{p}/comm').read().strip() == name]\n"
-    "print(' '.join(pids))\n"
-)
-
 
 @pytest.mark.parametrize("process", ["gcs_server", "raylet"])
 def test_head_whose_ray_process_was_killed_is_replaced_and_workers_rejoin(
@@ -269,11 +258,9 @@ def test_head_whose_ray_process_was_killed_is_replaced_and_workers_rejoin(
     """
     cluster = _ready_cluster(ray, {**cluster_values, "head_restart_policy": "Never"}, timeouts)
     head = ray.head_pod(cluster)
-    pids = ray.exec(head, ["python", "-c", FIND_PROCESS, process]).split()
-    if len(pids) != 1:
-        raise RuntimeError(f"expected one {process} in {head.metadata.name}, found PIDs {pids}")
+    pid = ray_processes.the_process(ray, head, process)
     started = time.monotonic()
-    _kill(ray, head, process, pids[0])
+    ray_processes.kill(ray, head, process, pid)
     with behaviour(f"KubeRay replaces the head after its {process} was killed"):
         wait_for(
             ray.core.list_namespaced_pod,
@@ -289,34 +276,8 @@ def test_head_whose_ray_process_was_killed_is_replaced_and_workers_rejoin(
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
 
 
-def _kill(ray: Ray, head: Any, process: str, pid: str) -> None:
-    """SIGKILL `pid` in the head container. The container may die under this exec, which then
-    fails; unless the container has ended, or the process is gone, the kill did not happen: a
-    harness error, never KubeRay's failure."""
-    try:
-        ray.exec(head, ["kill", "-9", pid], timeout=30)
-        return
-    except Exception as exc:  # noqa: BLE001 - decided below from the pod and the process
-        failure = exc
-    try:
-        now = ray.core.read_namespaced_pod(head.metadata.name, ray.namespace)
-    except ApiException as exc:
-        if exc.status == 404:  # KubeRay has already deleted the dead pod
-            return
-        raise
-    if now.status.phase in ("Failed", "Succeeded") or now.metadata.deletion_timestamp:
-        return  # the container ended (restartPolicy Never: it does not come back in this pod)
-    try:
-        still = ray.exec(now, ["cat", f"/proc/{pid}/comm"], timeout=30).strip()
-    except Exception:  # noqa: BLE001 - the process, or the container, is gone: the kill worked
-        return
-    if still == process:
-        raise RuntimeError(f"could not kill {process} (PID {pid}) in {head.metadata.name}: {failure}")
-
-
 # -- GCS fault tolerance: the head's state in Redis ------------------------------------
 
-REDIS = "redis"
 FT_CLUSTER = "ft"  # the GCS fault-tolerant RayCluster of the checks below
 FT_NAMESPACE = "krc"  # the Ray namespace the detached actor and the Serve app live in
 
@@ -400,28 +361,6 @@ def _fields(output: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
 
 
-def _start_redis(ray: Ray, profile: Any, timeouts: Timeouts, password: str = "") -> Any:
-    from kubernetes import utils  # noqa: PLC0415 - only these checks apply multi-object add-ons
-
-    for obj in render_all("addons/redis.yaml", name=REDIS, image=profile.redis_image,
-                          pull_policy=profile.pull_policy, password=password):  # fmt: skip
-        utils.create_from_dict(ray.api, obj, namespace=ray.namespace)
-    return wait_for(
-        ray.core.list_namespaced_pod,
-        is_serving,
-        what="Redis to be Ready",
-        timeout=timeouts.ready,
-        namespace=ray.namespace,
-        label_selector=f"app.kubernetes.io/name={REDIS}",
-    )
-
-
-def _redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str, password: str = "") -> int:
-    auth = ["-a", password, "--no-auth-warning"] if password else []
-    out = ray.exec(redis_pod, ["redis-cli", *auth, "--scan", "--pattern", f"*{storage_namespace}*"])
-    return len(out.split())
-
-
 @pytest.fixture
 def redis_outlives_the_cluster(ray: Ray, timeouts: Timeouts) -> Iterator[None]:
     """After the check, its GCS fault-tolerant RayCluster goes while Redis and the namespace still run.
@@ -442,11 +381,11 @@ def _ft_cluster(
     ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts
 ) -> tuple[str, Any]:
     """Redis (the environment: an error if it never starts), then a GCS fault-tolerant RayCluster on it."""
-    redis_pod = _start_redis(ray, profile, timeouts)
+    redis_pod = ray_processes.start_redis(ray, profile, timeouts)
     values = {
         **cluster_values,
         "name": FT_CLUSTER,
-        "redis_address": f"{REDIS}:6379",
+        "redis_address": ray_processes.REDIS_ADDRESS,
         "workers": [{"name": "small", "replicas": 1}],
     }
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
@@ -478,7 +417,7 @@ def test_gcs_ft_detached_actor_and_serve_app_survive_head_loss(
         raise RuntimeError(f"could not set up the actor and the Serve app: {seeded[-500:]}")
     head = ray.head_pod(cluster)
     storage = _storage_namespace(head)
-    keys_before = _redis_keys(ray, redis_pod, storage)
+    keys_before = ray_processes.redis_keys(ray, redis_pod, storage)
     assert keys_before > 0, f"the head keeps no state in Redis under its namespace {storage}"
     (worker,) = ray.pods(cluster, "worker")
     ray.exec(worker, ["python", "-c", START_IN_BACKGROUND, SERVE_PROBE])
@@ -530,7 +469,7 @@ def test_gcs_ft_cluster_deletion_cleans_its_redis_state(
     cluster, redis_pod = _ft_cluster(ray, cluster_values, profile, timeouts)
     head = ray.head_pod(cluster)
     storage = _storage_namespace(head)
-    assert _redis_keys(ray, redis_pod, storage) > 0, f"no state in Redis under {storage}"
+    assert ray_processes.redis_keys(ray, redis_pod, storage) > 0, f"no state in Redis under {storage}"
     env = _env(head)
     assert "REDIS_PASSWORD" not in env, "KubeRay set REDIS_PASSWORD on a head whose Redis has no password"
     started = time.monotonic()
@@ -538,7 +477,7 @@ def test_gcs_ft_cluster_deletion_cleans_its_redis_state(
     with behaviour("deleting a GCS fault-tolerant RayCluster removes its state from Redis"):
         wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {cluster}", timeout=timeouts.cleanup,
                   field_selector=f"metadata.name={cluster}")  # fmt: skip
-        left = _redis_keys(ray, redis_pod, storage)
+        left = ray_processes.redis_keys(ray, redis_pod, storage)
     metrics["cleanup_s"] = round(time.monotonic() - started, 2)
     assert left == 0, f"{left} Redis keys of {storage} are left after the cluster was deleted"
 
@@ -563,21 +502,23 @@ def test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state(
     ray.core.create_namespaced_secret(
         ray.namespace, {"metadata": {"name": REDIS_SECRET}, "stringData": {"password": password}}
     )
-    redis_pod = _start_redis(ray, profile, timeouts, password=password)
-    values = {**cluster_values, "name": FT_CLUSTER, "redis_address": f"{REDIS}:6379"}
+    redis_pod = ray_processes.start_redis(ray, profile, timeouts, password=password)
+    values = {**cluster_values, "name": FT_CLUSTER, "redis_address": ray_processes.REDIS_ADDRESS}
     ray.create("rayclusters", render("ray/raycluster.yaml", **values, redis_password_secret=REDIS_SECRET))
     ray.wait_cluster_ready(FT_CLUSTER, timeouts.ready)
     head = ray.head_pod(FT_CLUSTER)
     env = _env(head)
     address = env.get("RAY_REDIS_ADDRESS")
-    assert address is not None and f"{REDIS}:6379" in (address.value or ""), f"RAY_REDIS_ADDRESS: {address}"
+    assert address is not None and ray_processes.REDIS_ADDRESS in (address.value or ""), (
+        f"RAY_REDIS_ADDRESS: {address}"
+    )
     given = env.get("REDIS_PASSWORD")
     reference = given.value_from.secret_key_ref if given is not None and given.value_from else None
     assert reference is not None and reference.name == REDIS_SECRET and not given.value, (
         f"the head's REDIS_PASSWORD does not refer to Secret {REDIS_SECRET}: {given}"
     )
     storage = _storage_namespace(head)
-    assert _redis_keys(ray, redis_pod, storage, password) > 0, (
+    assert ray_processes.redis_keys(ray, redis_pod, storage, password) > 0, (
         f"no state in the protected Redis under {storage}"
     )
     started = time.monotonic()
@@ -585,6 +526,6 @@ def test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state(
     with behaviour("deleting the RayCluster removes its state from the password-protected Redis"):
         wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {FT_CLUSTER}", timeout=timeouts.cleanup,
                   field_selector=f"metadata.name={FT_CLUSTER}")  # fmt: skip
-        left = _redis_keys(ray, redis_pod, storage, password)
+        left = ray_processes.redis_keys(ray, redis_pod, storage, password)
     metrics["cleanup_s"] = round(time.monotonic() - started, 2)
     assert left == 0, f"{left} Redis keys of {storage} are left after the cluster was deleted"

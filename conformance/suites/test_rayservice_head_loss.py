@@ -7,11 +7,18 @@ pod in the same RayCluster, redeploys the Serve config on it, and puts it back b
 Service (label `ray.io/serve=true`) once its proxy is healthy; the RayService is Ready again.
 The outage is the time from the first failed request to the last, judged against the profile's
 `head_loss_outage_s`; the per-second timeline goes to `<run-dir>/timelines/`.
+
+With GCS fault tolerance (Redis), the Serve replica on a worker and the head kept out of the
+serve Service (`excludeHeadPodFromServeSvc`), as KubeRay's own ray-service.ft.yaml has it, a
+killed `gcs_server` restarts the head container in place, the worker and its replica live on,
+and the app keeps answering: failed requests are judged against `gcs_restart_failed_requests`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,12 +26,13 @@ from kubernetes import client
 
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
+from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, poll_until
+from conformance.kube.wait import behaviour, poll_until, wait_gone
 from conformance.load import analysis, traffic
 from conformance.load.generator import running
 from conformance.profiles import Profile
-from conformance.suites import serving
+from conformance.suites import ray_processes, serving
 from conformance.timeouts import Timeouts
 
 pytestmark = [
@@ -158,3 +166,137 @@ def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outag
     assert not late, (
         f"{len(late)} failed requests after the new head answered: {analysis.error_details(late)}"
     )
+
+
+@pytest.fixture
+def rayservice_goes_before_redis(ray: Ray, timeouts: Timeouts) -> Iterator[None]:
+    """After the check its RayService, and with it the GCS fault-tolerant RayCluster, goes while
+    Redis and the namespace still run: KubeRay cleans a deleted cluster's Redis state with a Job,
+    which a terminating namespace does not admit (its finalizer would hold the namespace for
+    minutes). Best effort: the verdict is already made."""
+    yield
+    with contextlib.suppress(Exception):
+        ray.delete("rayservices", NAME)
+        wait_gone(ray.list_fn("rayclusters"), what="the RayService's RayClusters", timeout=timeouts.cleanup)
+
+
+def _same_head_restarted(ray: Ray, head: client.V1Pod, before: int) -> client.V1Pod | None:
+    """The head pod, once its container restarted in place and it is Ready again; else None."""
+    now = ray.core.read_namespaced_pod(head.metadata.name, ray.namespace)
+    return now if restarts(now) > before and is_serving(now) else None
+
+
+@pytest.mark.requires("gateway_api")
+@pytest.mark.usefixtures("rayservice_goes_before_redis")
+def test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_place_and_keeps_serving(
+    ray: Ray,
+    conformance: Environment,
+    base: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    request: pytest.FixtureRequest,
+) -> None:
+    """A Ready RayService with GCS fault tolerance on Redis, its Serve replica on a worker and its
+    head kept out of the serve Service (excludeHeadPodFromServeSvc): `gcs_server` is killed in the
+    head under load through the Gateway. The head container restarts
+    in the same pod, the worker pod and its Ray node live on, the RayService stays on its cluster
+    and is Ready again, and failed requests stay within `gcs_restart_failed_requests`.
+
+    Sources (v1.7.0): test/e2erayservice/rayservice_ha_test.go TestRayServiceGCSFaultTolerance
+    (`pkill gcs_server`; the same head pod name with one restart; no failed Locust request);
+    controllers/ray/common/pod.go (the GCS FT env of the head and the workers); #1141.
+
+    Catches: excludeHeadPodFromServeSvc ignored (the head behind the serve Service, so its restart
+    fails requests); GCS fault tolerance not carried into the RayService's cluster (the restarted head
+    starts an empty GCS, the worker's raylet is dropped and its container restarts, the app is
+    redeployed while requests fail), KubeRay deleting the head or the worker instead of letting
+    the head restart in place, a head loss answered with a new RayCluster, a RayService that does
+    not come back Ready, failed requests over the budget."""
+    redis = ray_processes.start_redis(ray, profile, timeouts)
+    values = {**base, "redis_address": ray_processes.REDIS_ADDRESS, "serve_workers": 1}
+    gateway_class = profile.gateway_class
+    svc, address, host = serving.ready_behind_own_gateway(ray, values, gateway_class, timeouts, metrics)
+    cluster, service = rs.active_cluster(svc), f"{NAME}-serve-svc"
+    head = ray.head_pod(cluster)
+    (worker,) = ray.pods(cluster, "worker")
+    with behaviour(f"the serve Service {service} has the worker, not the head, as its endpoint"):
+        poll_until(
+            lambda: _serve_endpoints(ray, service) == {worker.status.pod_ip} or None,
+            what=f"{service}'s ready endpoints to be the worker's address {worker.status.pod_ip} alone",
+            timeout=timeouts.ready,
+            describe=lambda: f"ready endpoints {sorted(_serve_endpoints(ray, service))}",
+        )
+    head_restarts, worker_restarts = restarts(head), restarts(worker)
+    image = serving.load_image(conformance)
+    gen = serving.generator(
+        ray.api, ray.namespace, image, address, host, max_duration_s=int(2 * timeouts.ready)
+    )
+    marks: list[tuple[float, str]] = []
+    try:
+        with running(gen, timeouts.ready, check=False), rs.Sampler(ray, NAME) as sampler:
+            poll_until(
+                lambda: serving.answers(serving.probe(ray, gen, address, host), "v1"),
+                what="the app to answer under load before gcs_server is killed",
+                timeout=timeouts.ready,
+                every=serving.PROBE_INTERVAL_S,
+            )
+            pid = ray_processes.the_process(ray, head, "gcs_server")
+            killed = time.time()
+            ray_processes.kill(ray, head, "gcs_server", pid)
+            marks.append((killed, f"gcs_server killed in {head.metadata.name}"))
+            with behaviour("the head container restarts in the same pod and is Ready again"):
+                restarted = poll_until(
+                    lambda: _same_head_restarted(ray, head, head_restarts),
+                    what=f"{head.metadata.name} restarted in place and Ready",
+                    timeout=timeouts.ready,
+                    describe=lambda: _describe_pod(ray, head.metadata.name),
+                )
+            metrics["head_restarted_s"] = round(time.time() - killed, 2)
+            marks.append((time.time(), "head Ready again"))
+            with behaviour("the RayService is Ready again on the same RayCluster"):
+                ray.wait(
+                    "rayservices",
+                    NAME,
+                    lambda s: (
+                        rs.is_ready(s) and rs.active_cluster(s) == cluster and rs.app_status(s) == "RUNNING"
+                    ),
+                    what=f"Ready with {cluster} active and its app RUNNING",
+                    timeout=timeouts.ready,
+                    describe=rs.describe,
+                )
+            metrics["recovery_s"] = round(time.time() - killed, 2)
+            time.sleep(RECOVERED_WINDOW_S)  # poll-interval: a load window after the recovery, judged below
+    finally:
+        serving.load_metrics(gen.records, metrics, serving.UPGRADE_RATE)
+        metrics["outage_s"] = traffic.outage_s(gen.records)
+        start = gen.records[0].sent if gen.records else time.time()
+        title = "gcs_server killed on a GCS fault-tolerant RayService"
+        serving.record_timeline(
+            conformance, request.node.nodeid, title, gen.records, [], start, cluster, "", marks
+        )
+    gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
+    budget = profile.thresholds["gcs_restart_failed_requests"]
+    metrics["failed_requests_budget"] = budget
+    assert restarted.metadata.uid == head.metadata.uid, "the head pod was replaced, not restarted in place"
+    (still,) = ray.pods(cluster, "worker")
+    assert (still.metadata.uid, restarts(still)) == (worker.metadata.uid, worker_restarts), (
+        f"the worker was replaced or restarted ({restarts(still) - worker_restarts} restarts): "
+        "its Ray node did not outlive the GCS restart"
+    )
+    assert not [s for s in sampler.samples if s.pending], "the GCS restart made a pending RayCluster"
+    summary = analysis.summarize(gen.records)
+    assert summary.failed <= budget, (
+        f"{summary.failed} failed requests while the GCS restarted ({budget} allowed, "
+        f"thresholds.gcs_restart_failed_requests): {summary.describe()}"
+    )
+    storage = (head.metadata.annotations or {}).get("ray.io/external-storage-namespace", "")
+    assert storage and ray_processes.redis_keys(ray, redis, storage) > 0, (
+        f"the head keeps no state in Redis (storage namespace {storage!r}): GCS fault tolerance is off"
+    )
+
+
+def _describe_pod(ray: Ray, name: str) -> str:
+    pod = ray.core.read_namespaced_pod(name, ray.namespace)
+    return f"{name}: {pod.status.phase}, {restarts(pod)} restarts, ready {is_serving(pod)}"

@@ -170,6 +170,23 @@ def replacement_heads_kept_out_of_the_serve_service(rogue: Rogue) -> None:
         )
 
 
+@before_checks
+def stale_crd_without_gcs_fault_tolerance(rogue: Rogue) -> None:
+    """A RayService CRD that predates gcsFaultToleranceOptions (Helm never upgrades CRDs): the API
+    server drops the Redis address from the RayService's cluster spec, so KubeRay makes a cluster
+    without GCS fault tolerance and every app still starts; only a GCS restart shows it."""
+    cluster = {**raycluster_spec(), "gcsFaultToleranceOptions": {"redisAddress": "redis:6379"}}
+    spec = {"rayClusterConfig": cluster}
+    drop_crd_fields(
+        rogue, "rayservices", [["rayClusterConfig", "gcsFaultToleranceOptions"]], probe("RayService", spec)
+    )
+
+
+HEAD_LOSS = "test_rayservice_head_loss.py::"
+GCS_RESTART = HEAD_LOSS + (
+    "test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_place_and_keeps_serving"
+)
+
 FAULTS = [
     Fault(
         name="rayservice-status-forbidden",
@@ -226,9 +243,19 @@ FAULTS = [
         rogue=replacement_heads_kept_out_of_the_serve_service,
         on_checkout=True,  # where the check was seen passing (1.7.0)
         catches=(
-            "test_rayservice_head_loss.py::"
-            "test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outage_budget",
+            HEAD_LOSS
+            + "test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outage_budget",
         ),
         evidence="new head",
+    ),
+    Fault(
+        name="rayservice-gcs-ft-dropped-by-a-stale-crd",
+        area="rayservice",
+        misbehaviour="a RayService's cluster made without the GCS fault tolerance it asks for: a GCS "
+        "restart drops the workers and the app",
+        rogue=stale_crd_without_gcs_fault_tolerance,
+        on_checkout=True,  # where the check was seen passing (1.7.0)
+        catches=(GCS_RESTART,),
+        evidence="",
     ),
 ]

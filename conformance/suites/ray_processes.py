@@ -1,0 +1,83 @@
+"""Redis for GCS fault tolerance, and Ray's own processes killed in a pod, shared by the
+fault-recovery and rayservice checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from conformance.kube.manifests import render_all
+from conformance.kube.pods import is_serving
+from conformance.kube.ray import Ray
+from conformance.kube.wait import wait_for
+from conformance.timeouts import Timeouts
+
+REDIS = "redis"
+REDIS_ADDRESS = f"{REDIS}:6379"
+
+# Finds a process by its command name inside a Ray container (its own PID namespace, made by
+# the check), so the kill below goes to exactly that PID.
+FIND_PROCESS = (
+    "import os, sys\n"
+    "name = sys.argv[1]\n"
+    "pids = [p for p in os.listdir('/proc') if p.isdigit()\n"
+    "        and open(f'/proc/{p}/comm').read().strip() == name]\n"
+    "print(' '.join(pids))\n"
+)
+
+
+def start_redis(ray: Ray, profile: Any, timeouts: Timeouts, password: str = "") -> Any:
+    """Redis in the check's namespace, Ready (the environment: an error if it never starts)."""
+    from kubernetes import utils  # noqa: PLC0415 - only these checks apply multi-object add-ons
+
+    for obj in render_all("addons/redis.yaml", name=REDIS, image=profile.redis_image,
+                          pull_policy=profile.pull_policy, password=password):  # fmt: skip
+        utils.create_from_dict(ray.api, obj, namespace=ray.namespace)
+    return wait_for(
+        ray.core.list_namespaced_pod,
+        is_serving,
+        what="Redis to be Ready",
+        timeout=timeouts.ready,
+        namespace=ray.namespace,
+        label_selector=f"app.kubernetes.io/name={REDIS}",
+    )
+
+
+def redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str, password: str = "") -> int:
+    auth = ["-a", password, "--no-auth-warning"] if password else []
+    out = ray.exec(redis_pod, ["redis-cli", *auth, "--scan", "--pattern", f"*{storage_namespace}*"])
+    return len(out.split())
+
+
+def the_process(ray: Ray, pod: Any, process: str) -> str:
+    """The PID of the one `process` in `pod`'s Ray container; more or none is a harness error."""
+    pids = ray.exec(pod, ["python", "-c", FIND_PROCESS, process]).split()
+    if len(pids) != 1:
+        raise RuntimeError(f"expected one {process} in {pod.metadata.name}, found PIDs {pids}")
+    return pids[0]
+
+
+def kill(ray: Ray, pod: Any, process: str, pid: str) -> None:
+    """SIGKILL `pid` in the pod's Ray container. The container may die under this exec, which then
+    fails; unless the container has ended or restarted, or the process is gone, the kill did not
+    happen: a harness error, never KubeRay's failure."""
+    try:
+        ray.exec(pod, ["kill", "-9", pid], timeout=30)
+        return
+    except Exception as exc:  # noqa: BLE001 - decided below from the pod and the process
+        failure = exc
+    try:
+        now = ray.core.read_namespaced_pod(pod.metadata.name, ray.namespace)
+    except ApiException as exc:
+        if exc.status == 404:  # KubeRay has already deleted the dead pod
+            return
+        raise
+    if now.status.phase in ("Failed", "Succeeded") or now.metadata.deletion_timestamp:
+        return  # the container ended (restartPolicy Never: it does not come back in this pod)
+    try:
+        still = ray.exec(now, ["cat", f"/proc/{pid}/comm"], timeout=30).strip()
+    except Exception:  # noqa: BLE001 - the process, or the container, is gone: the kill worked
+        return
+    if still == process:
+        raise RuntimeError(f"could not kill {process} (PID {pid}) in {pod.metadata.name}: {failure}")
