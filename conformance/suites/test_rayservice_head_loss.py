@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, poll_until, wait_gone
 from conformance.load import analysis, traffic
-from conformance.load.generator import running
+from conformance.load.generator import LoadGenerator, running
 from conformance.profiles import Profile
 from conformance.suites import ray_processes, serving
 from conformance.timeouts import Timeouts
@@ -66,6 +67,61 @@ def _serve_endpoints(ray: Ray, service: str) -> set[str]:
     }
 
 
+@dataclass
+class _Load:
+    """Open-model load through the Gateway around a fault, with its timeline recorded."""
+
+    ray: Ray
+    conformance: Environment
+    target: tuple[str, str]  # the Gateway's address, the route's host
+    title: str
+    cluster: str
+    marks: list[tuple[float, str]]
+
+    @contextlib.contextmanager
+    def running(
+        self, timeouts: Timeouts, metrics: dict[str, float], request: pytest.FixtureRequest
+    ) -> Iterator[tuple[LoadGenerator, rs.Sampler]]:
+        """Load and the status sampler from the app's first answer on; on the way out the load
+        figures and the timeline, then the generator's and the sampler's self-checks."""
+        ray, (address, host) = self.ray, self.target
+        image = serving.load_image(self.conformance)
+        gen = serving.generator(
+            ray.api, ray.namespace, image, address, host, max_duration_s=int(2 * timeouts.ready)
+        )
+        try:
+            with running(gen, timeouts.ready, check=False), rs.Sampler(ray, NAME) as sampler:
+                poll_until(
+                    lambda: serving.answers(serving.probe(ray, gen, address, host), "v1"),
+                    what="the app to answer under load before the fault",
+                    timeout=timeouts.ready,
+                    every=serving.PROBE_INTERVAL_S,
+                )
+                yield gen, sampler
+        finally:
+            serving.load_metrics(gen.records, metrics, serving.UPGRADE_RATE)
+            metrics["outage_s"] = traffic.outage_s(gen.records)
+            start = gen.records[0].sent if gen.records else time.time()
+            serving.record_timeline(
+                self.conformance, request.node.nodeid, self.title, gen.records, [], start, self.cluster, "",
+                self.marks,
+            )  # fmt: skip
+        gen.check()  # a generator that did not keep its rate measured nothing
+        serving.assert_sampled(sampler, metrics)
+
+
+def _ready_again_on(ray: Ray, cluster: str, timeouts: Timeouts) -> None:
+    with behaviour("the RayService is Ready again on the same RayCluster"):
+        ray.wait(
+            "rayservices",
+            NAME,
+            lambda s: rs.is_ready(s) and rs.active_cluster(s) == cluster and rs.app_status(s) == "RUNNING",
+            what=f"Ready with {cluster} active and its app RUNNING",
+            timeout=timeouts.ready,
+            describe=rs.describe,
+        )
+
+
 @pytest.mark.requires("gateway_api")
 def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outage_budget(
     ray: Ray,
@@ -93,66 +149,36 @@ def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outag
     svc, address, host = serving.ready_behind_own_gateway(ray, base, profile.gateway_class, timeouts, metrics)
     cluster, service = rs.active_cluster(svc), f"{NAME}-serve-svc"
     lost = ray.head_pod(cluster)
-    image = serving.load_image(conformance)
-    gen = serving.generator(
-        ray.api, ray.namespace, image, address, host, max_duration_s=int(2 * timeouts.ready)
-    )
     marks: list[tuple[float, str]] = []
-    try:
-        with running(gen, timeouts.ready, check=False), rs.Sampler(ray, NAME) as sampler:
+    load = _Load(ray, conformance, (address, host), "head lost while serving", cluster, marks)
+    with load.running(timeouts, metrics, request) as (gen, sampler):
+        deleted = time.time()
+        ray.core.delete_namespaced_pod(lost.metadata.name, ray.namespace, grace_period_seconds=0)
+        marks.append((deleted, f"head pod {lost.metadata.name} deleted"))
+        head = ray.wait_replaced(cluster, lost, "head", timeouts.ready)
+        metrics["head_ready_s"] = round(time.time() - deleted, 2)
+        marks.append((time.time(), f"new head {head.metadata.name} Ready"))
+        with behaviour(f"the serve Service {service} has the new head as its endpoint"):
+            poll_until(
+                lambda: _serve_endpoints(ray, service) == {head.status.pod_ip} or None,
+                what=f"{service}'s ready endpoints to be the new head's address {head.status.pod_ip}",
+                timeout=timeouts.ready,
+                describe=lambda: f"ready endpoints {sorted(_serve_endpoints(ray, service))}",
+            )
+        metrics["endpoints_moved_s"] = round(time.time() - deleted, 2)
+        _ready_again_on(ray, cluster, timeouts)
+        with behaviour("the app answers through the Gateway from the new head"):
             poll_until(
                 lambda: serving.answers(serving.probe(ray, gen, address, host), "v1"),
-                what="the app to answer under load before its head is deleted",
+                what="an answer through the Gateway",
                 timeout=timeouts.ready,
                 every=serving.PROBE_INTERVAL_S,
             )
-            deleted = time.time()
-            ray.core.delete_namespaced_pod(lost.metadata.name, ray.namespace, grace_period_seconds=0)
-            marks.append((deleted, f"head pod {lost.metadata.name} deleted"))
-            head = ray.wait_replaced(cluster, lost, "head", timeouts.ready)
-            metrics["head_ready_s"] = round(time.time() - deleted, 2)
-            marks.append((time.time(), f"new head {head.metadata.name} Ready"))
-            with behaviour(f"the serve Service {service} has the new head as its endpoint"):
-                poll_until(
-                    lambda: _serve_endpoints(ray, service) == {head.status.pod_ip} or None,
-                    what=f"{service}'s ready endpoints to be the new head's address {head.status.pod_ip}",
-                    timeout=timeouts.ready,
-                    describe=lambda: f"ready endpoints {sorted(_serve_endpoints(ray, service))}",
-                )
-            metrics["endpoints_moved_s"] = round(time.time() - deleted, 2)
-            with behaviour("the RayService is Ready again on the same RayCluster, with its new head"):
-                ray.wait(
-                    "rayservices",
-                    NAME,
-                    lambda s: (
-                        rs.is_ready(s) and rs.active_cluster(s) == cluster and rs.app_status(s) == "RUNNING"
-                    ),
-                    what=f"Ready with {cluster} active and its app RUNNING",
-                    timeout=timeouts.ready,
-                    describe=rs.describe,
-                )
-            with behaviour("the app answers through the Gateway from the new head"):
-                poll_until(
-                    lambda: serving.answers(serving.probe(ray, gen, address, host), "v1"),
-                    what="an answer through the Gateway",
-                    timeout=timeouts.ready,
-                    every=serving.PROBE_INTERVAL_S,
-                )
-            recovered = time.time()
-            marks.append((recovered, "answers again"))
-            metrics["recovery_s"] = round(recovered - deleted, 2)
-            time.sleep(RECOVERED_WINDOW_S)  # poll-interval: a load window after the recovery, judged below
-    finally:
-        serving.load_metrics(gen.records, metrics, serving.UPGRADE_RATE)
-        metrics["outage_s"] = traffic.outage_s(gen.records)
-        start = gen.records[0].sent if gen.records else time.time()
-        title = "head lost while serving"
-        serving.record_timeline(
-            conformance, request.node.nodeid, title, gen.records, [], start, cluster, "", marks
-        )
+        recovered = time.time()
+        marks.append((recovered, "answers again"))
+        metrics["recovery_s"] = round(recovered - deleted, 2)
+        time.sleep(RECOVERED_WINDOW_S)  # poll-interval: a load window after the recovery, judged below
     records = gen.records
-    gen.check()  # a generator that did not keep its rate measured nothing
-    serving.assert_sampled(sampler, metrics)
     budget = profile.thresholds["head_loss_outage_s"]
     metrics["outage_budget_s"] = budget
     assert not [s for s in sampler.samples if s.pending], "the head loss made a pending RayCluster"
@@ -228,55 +254,26 @@ def test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_p
             describe=lambda: f"ready endpoints {sorted(_serve_endpoints(ray, service))}",
         )
     head_restarts, worker_restarts = restarts(head), restarts(worker)
-    image = serving.load_image(conformance)
-    gen = serving.generator(
-        ray.api, ray.namespace, image, address, host, max_duration_s=int(2 * timeouts.ready)
-    )
     marks: list[tuple[float, str]] = []
-    try:
-        with running(gen, timeouts.ready, check=False), rs.Sampler(ray, NAME) as sampler:
-            poll_until(
-                lambda: serving.answers(serving.probe(ray, gen, address, host), "v1"),
-                what="the app to answer under load before gcs_server is killed",
+    title = "gcs_server killed on a GCS fault-tolerant RayService"
+    load = _Load(ray, conformance, (address, host), title, cluster, marks)
+    with load.running(timeouts, metrics, request) as (gen, sampler):
+        pid = ray_processes.the_process(ray, head, "gcs_server")
+        killed = time.time()
+        ray_processes.kill(ray, head, "gcs_server", pid)
+        marks.append((killed, f"gcs_server killed in {head.metadata.name}"))
+        with behaviour("the head container restarts in the same pod and is Ready again"):
+            restarted = poll_until(
+                lambda: _same_head_restarted(ray, head, head_restarts),
+                what=f"{head.metadata.name} restarted in place and Ready",
                 timeout=timeouts.ready,
-                every=serving.PROBE_INTERVAL_S,
+                describe=lambda: _describe_pod(ray, head.metadata.name),
             )
-            pid = ray_processes.the_process(ray, head, "gcs_server")
-            killed = time.time()
-            ray_processes.kill(ray, head, "gcs_server", pid)
-            marks.append((killed, f"gcs_server killed in {head.metadata.name}"))
-            with behaviour("the head container restarts in the same pod and is Ready again"):
-                restarted = poll_until(
-                    lambda: _same_head_restarted(ray, head, head_restarts),
-                    what=f"{head.metadata.name} restarted in place and Ready",
-                    timeout=timeouts.ready,
-                    describe=lambda: _describe_pod(ray, head.metadata.name),
-                )
-            metrics["head_restarted_s"] = round(time.time() - killed, 2)
-            marks.append((time.time(), "head Ready again"))
-            with behaviour("the RayService is Ready again on the same RayCluster"):
-                ray.wait(
-                    "rayservices",
-                    NAME,
-                    lambda s: (
-                        rs.is_ready(s) and rs.active_cluster(s) == cluster and rs.app_status(s) == "RUNNING"
-                    ),
-                    what=f"Ready with {cluster} active and its app RUNNING",
-                    timeout=timeouts.ready,
-                    describe=rs.describe,
-                )
-            metrics["recovery_s"] = round(time.time() - killed, 2)
-            time.sleep(RECOVERED_WINDOW_S)  # poll-interval: a load window after the recovery, judged below
-    finally:
-        serving.load_metrics(gen.records, metrics, serving.UPGRADE_RATE)
-        metrics["outage_s"] = traffic.outage_s(gen.records)
-        start = gen.records[0].sent if gen.records else time.time()
-        title = "gcs_server killed on a GCS fault-tolerant RayService"
-        serving.record_timeline(
-            conformance, request.node.nodeid, title, gen.records, [], start, cluster, "", marks
-        )
-    gen.check()  # a generator that did not keep its rate measured nothing
-    serving.assert_sampled(sampler, metrics)
+        metrics["head_restarted_s"] = round(time.time() - killed, 2)
+        marks.append((time.time(), "head Ready again"))
+        _ready_again_on(ray, cluster, timeouts)
+        metrics["recovery_s"] = round(time.time() - killed, 2)
+        time.sleep(RECOVERED_WINDOW_S)  # poll-interval: a load window after the recovery, judged below
     budget = profile.thresholds["gcs_restart_failed_requests"]
     metrics["failed_requests_budget"] = budget
     assert restarted.metadata.uid == head.metadata.uid, "the head pod was replaced, not restarted in place"

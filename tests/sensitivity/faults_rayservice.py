@@ -256,6 +256,6 @@ FAULTS = [
         rogue=stale_crd_without_gcs_fault_tolerance,
         on_checkout=True,  # where the check was seen passing (1.7.0)
         catches=(GCS_RESTART,),
-        evidence="",
+        evidence="did not outlive the GCS restart",
     ),
 ]

@@ -251,6 +251,6 @@ FAULTS = [
         "for a third spec",
         claimed_version="v1.7.0",
         catches=(ROLLBACK + "[before-traffic]",),
-        evidence="reverted before any moved",
+        evidence="not the original",
     ),
 ]
