@@ -240,9 +240,21 @@ FAULTS = [
         "sends it traffic, instead of moving the traffic back by steps first",
         rogue=pending_cluster_deleted_when_a_rollback_starts,
         on_checkout=True,  # the before-traffic bystander is a 1.7.0 behaviour
-        catches=(ROLLBACK + "[early]", ROLLBACK + "[cancelled]", ROLLBACK + "[third-spec]"),
+        catches=(
+            ROLLBACK + "[early]",
+            ROLLBACK + "[middle]",
+            ROLLBACK + "[late]",
+            ROLLBACK + "[cancelled]",
+            ROLLBACK + "[third-spec]",
+        ),
         bystanders=(ROLLBACK + "[before-traffic]",),
-        evidence=("failed requests", "not the pending", "failed requests"),
+        evidence=(
+            "failed requests",
+            "failed requests",
+            "failed requests",
+            "not the pending",
+            "failed requests",
+        ),
     ),
     Fault(
         name="revert-before-traffic-on-1.6",
