@@ -1,4 +1,5 @@
-"""Watching a RayCluster scale: desired replicas, pods by phase and Ray's alive nodes over time.
+"""Watching a RayCluster scale: desired replicas, pods by phase, Ray's alive nodes and, for a
+RayService's cluster, the running replicas of a Serve deployment over time.
 
 A `ScaleWatcher` samples in a background thread while a check drives demand up and down,
 so the check can assert on the whole history (never above maxReplicas, never a partial
@@ -44,6 +45,16 @@ class Sample:
     t: float  # seconds since the watcher started
     groups: dict[str, GroupSample]
     ray_alive_workers: int | None  # None: the dashboard did not answer this time
+    # Replicas of the watched Serve deployment by state (RUNNING, STOPPING, ...); None: unknown.
+    serve_replicas: dict[str, int] | None = None
+    # Serve's HTTP proxies not yet drained, one per node that has one; None: unknown.
+    serve_proxies: int | None = None
+
+    def replicas(self, state: str = "") -> int | None:
+        """Serve replicas in `state` (all listed ones when empty); None when unknown."""
+        if self.serve_replicas is None:
+            return None
+        return self.serve_replicas.get(state, 0) if state else sum(self.serve_replicas.values())
 
     def pods(self, group: str, phase: str | None = None) -> int:
         counts = self.groups[group].pods if group in self.groups else {}
@@ -56,6 +67,7 @@ class ScaleWatcher:
     cluster: str
     recording: AutoscalingRecording | None = None
     every_s: float = SAMPLE_EVERY_S
+    serve_deployment: tuple[str, str] | None = None  # (application, deployment) to count replicas of
     samples: list[Sample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -63,6 +75,7 @@ class ScaleWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"scale-watcher-{self.cluster}", daemon=True)
         self._started = time.monotonic()
+        self._started_epoch = time.time()
         self._stopped_at: float | None = None
         self._crash: BaseException | None = None
         self._reader = Ray(own_client(self.ray.api), self.ray.namespace)  # never the check's client
@@ -99,6 +112,10 @@ class ScaleWatcher:
             self.recording.event(label)
         return t
 
+    def clock(self, epoch: float) -> float:
+        """An epoch time (a load record's, say) on the watcher's clock."""
+        return round(epoch - self._started_epoch, 2)
+
     def max_desired(self, group: str) -> int:
         return max((s.groups[group].desired for s in self.samples if group in s.groups), default=0)
 
@@ -126,23 +143,36 @@ class ScaleWatcher:
             phases = dict(Counter(p.status.phase for p in mine))
             groups[name] = GroupSample(int(spec.get("replicas", 0)), phases)
         head = next((p for p in pods if p.metadata.labels.get("ray.io/node-type") == "head"), None)
-        sample = Sample(round(time.monotonic() - self._started, 2), groups, self._alive_workers(head))
+        alive = self._alive_workers(head)
+        replicas, proxies = self._serve(head) if self.serve_deployment else (None, None)
+        sample = Sample(round(time.monotonic() - self._started, 2), groups, alive, replicas, proxies)
         self.samples.append(sample)
         self._record(sample)
 
     def _alive_workers(self, head: Any) -> int | None:
+        answer = self._dashboard(head, "api/v0/nodes")
+        return None if answer is None else _or_none(alive_workers, answer)
+
+    def _serve(self, head: Any) -> tuple[dict[str, int] | None, int | None]:
+        answer = self._dashboard(head, "api/serve/applications/")
+        if answer is None:
+            return None, None
+        return _or_none(replica_states, answer, *self.serve_deployment), _or_none(live_proxies, answer)
+
+    def _dashboard(self, head: Any, path: str) -> Any:
+        """The head dashboard's JSON answer at `path`; None while it is down or not up yet."""
         if head is None or head.status.phase != "Running":
             return None
         try:
             raw = self._reader.core.connect_get_namespaced_pod_proxy_with_path(
                 f"{head.metadata.name}:{DASHBOARD_PORT}",
                 self._reader.namespace,
-                "api/v0/nodes",
+                path,
                 _preload_content=False,
                 _request_timeout=5,
             )
-            return alive_workers(json.loads(raw.data))
-        except (*LOST_SAMPLE, ValueError, KeyError):  # the dashboard is down or not up yet
+            return json.loads(raw.data)
+        except (*LOST_SAMPLE, ValueError):
             return None
 
     def _record(self, sample: Sample) -> None:
@@ -153,6 +183,31 @@ class ScaleWatcher:
             self.recording.replicas(f"{name} pending", group.pods.get("Pending", 0), t=sample.t)
         if sample.ray_alive_workers is not None:
             self.recording.replicas("Ray alive workers", sample.ray_alive_workers, t=sample.t)
+        if sample.serve_replicas is not None:
+            self.recording.replicas("Serve replicas running", sample.replicas("RUNNING"), t=sample.t)
+            self.recording.replicas("Serve replicas listed", sample.replicas(), t=sample.t)
+        if sample.serve_proxies is not None:
+            self.recording.replicas("Serve proxies", sample.serve_proxies, t=sample.t)
+
+
+def _or_none(read: Any, answer: Any, *args: str) -> Any:
+    """`read(answer, *args)`, or None when the answer lacks what it reads (not up yet)."""
+    try:
+        return read(answer, *args)
+    except (KeyError, TypeError):
+        return None
+
+
+def live_proxies(applications: dict[str, Any]) -> int:
+    """Serve's proxies not DRAINED in a `GET /api/serve/applications/` answer. A node keeps a
+    proxy (an actor, so the node is not idle) until Serve has drained it after its last replica."""
+    return sum(1 for p in applications["proxies"].values() if p.get("status") != "DRAINED")
+
+
+def replica_states(applications: dict[str, Any], app: str, deployment: str) -> dict[str, int]:
+    """Replicas of `deployment` of `app` by state, in a `GET /api/serve/applications/` answer."""
+    replicas = applications["applications"][app]["deployments"][deployment]["replicas"]
+    return dict(Counter(r.get("state", "") for r in replicas))
 
 
 def alive_workers(listing: dict[str, Any]) -> int:

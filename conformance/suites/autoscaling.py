@@ -194,7 +194,10 @@ def until(watch: ScaleWatcher, predicate: Any, what: str, timeout: float) -> flo
 
 def describe(sample: Any) -> str:
     groups = ", ".join(f"{name}: desired {g.desired} pods {g.pods}" for name, g in sample.groups.items())
-    return f"{groups}; Ray alive workers {sample.ray_alive_workers}"
+    serve = ""
+    if sample.serve_replicas is not None:
+        serve = f"; Serve replicas {sample.serve_replicas}, proxies {sample.serve_proxies}"
+    return f"{groups}; Ray alive workers {sample.ray_alive_workers}{serve}"
 
 
 def restarts(ray: Ray, cluster: str) -> dict[str, int]:

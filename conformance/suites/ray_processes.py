@@ -1,8 +1,10 @@
-"""Redis for GCS fault tolerance, and Ray's own processes killed in a pod, shared by the
-fault-recovery and rayservice checks."""
+"""Redis for GCS fault tolerance, and Ray's own processes killed or frozen in a pod, shared by
+the fault-recovery, rayservice and upgrade checks."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -10,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from conformance.kube.manifests import render_all
 from conformance.kube.pods import is_serving
 from conformance.kube.ray import Ray
-from conformance.kube.wait import wait_for
+from conformance.kube.wait import poll_until, wait_for, wait_gone
 from conformance.timeouts import Timeouts
 
 REDIS = "redis"
@@ -24,6 +26,33 @@ FIND_PROCESS = (
     "pids = [p for p in os.listdir('/proc') if p.isdigit()\n"
     "        and open(f'/proc/{p}/comm').read().strip() == name]\n"
     "print(' '.join(pids))\n"
+)
+
+# Freezes (SIGSTOP) every process of a command name in a Ray container, now and whenever one
+# starts again, until the container ends: a hung process, not a dead one Ray would replace.
+# Started detached, so the exec that starts it returns at once.
+FREEZE_FOREVER = (
+    "import os, signal, sys, time\n"
+    "name = sys.argv[1]\n"
+    "while True:\n"
+    "    for p in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+    "        try:\n"
+    "            if open(f'/proc/{p}/comm').read().strip() == name:\n"
+    "                os.kill(int(p), signal.SIGSTOP)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    time.sleep(0.2)\n"
+)
+# The state letter of each process of a command name (T: stopped), one per line.
+PROCESS_STATES = (
+    "import os, sys\n"
+    "for p in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+    "    try:\n"
+    "        stat = open(f'/proc/{p}/stat').read()\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    if stat[stat.index('(') + 1:stat.rindex(')')] == sys.argv[1]:\n"
+    "        print(stat[stat.rindex(')') + 2])\n"
 )
 
 
@@ -42,6 +71,24 @@ def start_redis(ray: Ray, profile: Any, timeouts: Timeouts, password: str = "") 
         namespace=ray.namespace,
         label_selector=f"app.kubernetes.io/name={REDIS}",
     )
+
+
+def deleted_before_redis(ray: Ray, plural: str, name: str, timeouts: Timeouts) -> Iterator[None]:
+    """For a fixture: after the check, its Ray object `plural`/`name`, and with it every GCS fault-
+    tolerant RayCluster of the namespace, goes while Redis and the namespace still run.
+
+    KubeRay cleans a deleted cluster's Redis state with a Job, and a terminating namespace admits
+    none: the cluster's finalizer would hold the namespace until KubeRay gives up on it (5 minutes
+    in 1.7.0), and a check that waits for earlier namespaces would wait that long. Best effort:
+    the check's verdict is already made."""
+    yield
+    with contextlib.suppress(Exception):
+        try:
+            ray.delete(plural, name)
+        except ApiException as exc:
+            if exc.status != 404:  # the check deleted it itself
+                raise
+        wait_gone(ray.list_fn("rayclusters"), what="the check's RayClusters", timeout=timeouts.cleanup)
 
 
 def redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str, password: str = "") -> int:
@@ -81,3 +128,15 @@ def kill(ray: Ray, pod: Any, process: str, pid: str) -> None:
         return
     if still == process:
         raise RuntimeError(f"could not kill {process} (PID {pid}) in {pod.metadata.name}: {failure}")
+
+
+def freeze(ray: Ray, pod: Any, process: str, timeout: float) -> None:
+    """Freeze every `process` in the pod's Ray container for as long as it lives, and return once
+    one is seen stopped. Never seen stopped is a harness error (no such process to fail)."""
+    ray.exec(pod, ["sh", "-c", 'nohup python -c "$0" "$1" >/dev/null 2>&1 &', FREEZE_FOREVER, process])
+    poll_until(
+        lambda: "T" in ray.exec(pod, ["python", "-c", PROCESS_STATES, process]).split() or None,
+        what=f"{process} stopped in {pod.metadata.name}",
+        timeout=timeout,
+        describe=lambda: f"states {ray.exec(pod, ['python', '-c', PROCESS_STATES, process]).split()}",
+    )

@@ -16,7 +16,7 @@ from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import ExecError, Ray
-from conformance.kube.wait import behaviour
+from conformance.kube.wait import behaviour, poll_until
 from conformance.load import analysis, traffic
 from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image
 from conformance.load.records import Record, parse_lines
@@ -146,6 +146,30 @@ def record_timeline(
     """Write the per-second timeline into `<run-dir>/timelines/` (format: conformance/load/traffic.py)."""
     data = traffic.timeline(nodeid, title, records, samples, start, {old: "old", new: "new"}, marks)
     traffic.write_timeline(environment.options.run_dir, slug(nodeid), data)
+
+
+def serve_endpoints(ray: Ray, service: str) -> set[str]:
+    """The ready addresses behind `service`, from its EndpointSlices."""
+    slices = client.DiscoveryV1Api(ray.api).list_namespaced_endpoint_slice(
+        ray.namespace, label_selector=f"kubernetes.io/service-name={service}"
+    )
+    return {
+        address
+        for s in slices.items
+        for e in s.endpoints or []
+        if e.conditions is None or e.conditions.ready is not False
+        for address in e.addresses
+    }
+
+
+def wait_serve_endpoints(ray: Ray, service: str, pod: client.V1Pod, who: str, timeout: float) -> None:
+    """Until `pod`'s address is the one ready endpoint of `service` (`who` names the pod)."""
+    poll_until(
+        lambda: serve_endpoints(ray, service) == {pod.status.pod_ip} or None,
+        what=f"{service}'s ready endpoints to be {who}, {pod.metadata.name} at {pod.status.pod_ip}",
+        timeout=timeout,
+        describe=lambda: f"ready endpoints {sorted(serve_endpoints(ray, service))}",
+    )
 
 
 def max_served_step(records: list[Record], new: str) -> float:

@@ -9,7 +9,6 @@ docstring names the KubeRay misbehaviour it exists to catch ("Catches: ...").
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -363,18 +362,7 @@ def _fields(output: str) -> dict[str, str]:
 
 @pytest.fixture
 def redis_outlives_the_cluster(ray: Ray, timeouts: Timeouts) -> Iterator[None]:
-    """After the check, its GCS fault-tolerant RayCluster goes while Redis and the namespace still run.
-
-    KubeRay cleans a deleted cluster's Redis state with a Job, and a terminating namespace admits
-    none: the cluster's finalizer would hold the namespace until KubeRay gives up on it (5 minutes
-    in 1.7.0), and a check that waits for earlier namespaces would wait that long. Best effort: the
-    check's verdict is already made."""
-    yield
-    with contextlib.suppress(Exception):
-        if any(c["metadata"]["name"] == FT_CLUSTER for c in ray.list_fn("rayclusters")()["items"]):
-            ray.delete("rayclusters", FT_CLUSTER)
-            wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {FT_CLUSTER}", timeout=timeouts.cleanup,
-                      field_selector=f"metadata.name={FT_CLUSTER}")  # fmt: skip
+    yield from ray_processes.deleted_before_redis(ray, "rayclusters", FT_CLUSTER, timeouts)
 
 
 def _ft_cluster(

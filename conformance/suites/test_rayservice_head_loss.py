@@ -29,7 +29,7 @@ from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
-from conformance.kube.wait import behaviour, poll_until, wait_gone
+from conformance.kube.wait import behaviour, poll_until, wait_for
 from conformance.load import analysis, traffic
 from conformance.load.generator import LoadGenerator, running
 from conformance.profiles import Profile
@@ -51,20 +51,6 @@ DATA_PLANE_S = 2
 @pytest.fixture
 def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
     return rs.rayservice_values(cluster_values, NAME)
-
-
-def _serve_endpoints(ray: Ray, service: str) -> set[str]:
-    """The ready addresses behind `service`, from its EndpointSlices."""
-    slices = client.DiscoveryV1Api(ray.api).list_namespaced_endpoint_slice(
-        ray.namespace, label_selector=f"kubernetes.io/service-name={service}"
-    )
-    return {
-        address
-        for s in slices.items
-        for e in s.endpoints or []
-        if e.conditions is None or e.conditions.ready is not False
-        for address in e.addresses
-    }
 
 
 @dataclass
@@ -159,12 +145,7 @@ def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outag
         metrics["head_ready_s"] = round(time.time() - deleted, 2)
         marks.append((time.time(), f"new head {head.metadata.name} Ready"))
         with behaviour(f"the serve Service {service} has the new head as its endpoint"):
-            poll_until(
-                lambda: _serve_endpoints(ray, service) == {head.status.pod_ip} or None,
-                what=f"{service}'s ready endpoints to be the new head's address {head.status.pod_ip}",
-                timeout=timeouts.ready,
-                describe=lambda: f"ready endpoints {sorted(_serve_endpoints(ray, service))}",
-            )
+            serving.wait_serve_endpoints(ray, service, head, "the new head", timeouts.ready)
         metrics["endpoints_moved_s"] = round(time.time() - deleted, 2)
         _ready_again_on(ray, cluster, timeouts)
         with behaviour("the app answers through the Gateway from the new head"):
@@ -196,20 +177,7 @@ def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outag
 
 @pytest.fixture
 def rayservice_goes_before_redis(ray: Ray, timeouts: Timeouts) -> Iterator[None]:
-    """After the check its RayService, and with it the GCS fault-tolerant RayCluster, goes while
-    Redis and the namespace still run: KubeRay cleans a deleted cluster's Redis state with a Job,
-    which a terminating namespace does not admit (its finalizer would hold the namespace for
-    minutes). Best effort: the verdict is already made."""
-    yield
-    with contextlib.suppress(Exception):
-        ray.delete("rayservices", NAME)
-        wait_gone(ray.list_fn("rayclusters"), what="the RayService's RayClusters", timeout=timeouts.cleanup)
-
-
-def _same_head_restarted(ray: Ray, head: client.V1Pod, before: int) -> client.V1Pod | None:
-    """The head pod, once its container restarted in place and it is Ready again; else None."""
-    now = ray.core.read_namespaced_pod(head.metadata.name, ray.namespace)
-    return now if restarts(now) > before and is_serving(now) else None
+    yield from ray_processes.deleted_before_redis(ray, "rayservices", NAME, timeouts)
 
 
 @pytest.mark.requires("gateway_api")
@@ -247,12 +215,7 @@ def test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_p
     head = ray.head_pod(cluster)
     (worker,) = ray.pods(cluster, "worker")
     with behaviour(f"the serve Service {service} has the worker, not the head, as its endpoint"):
-        poll_until(
-            lambda: _serve_endpoints(ray, service) == {worker.status.pod_ip} or None,
-            what=f"{service}'s ready endpoints to be the worker's address {worker.status.pod_ip} alone",
-            timeout=timeouts.ready,
-            describe=lambda: f"ready endpoints {sorted(_serve_endpoints(ray, service))}",
-        )
+        serving.wait_serve_endpoints(ray, service, worker, "the worker alone", timeouts.ready)
     head_restarts, worker_restarts = restarts(head), restarts(worker)
     marks: list[tuple[float, str]] = []
     title = "gcs_server killed on a GCS fault-tolerant RayService"
@@ -263,11 +226,14 @@ def test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_p
         ray_processes.kill(ray, head, "gcs_server", pid)
         marks.append((killed, f"gcs_server killed in {head.metadata.name}"))
         with behaviour("the head container restarts in the same pod and is Ready again"):
-            restarted = poll_until(
-                lambda: _same_head_restarted(ray, head, head_restarts),
+            restarted = wait_for(
+                ray.core.list_namespaced_pod,
+                lambda pod: restarts(pod) > head_restarts and is_serving(pod),
                 what=f"{head.metadata.name} restarted in place and Ready",
                 timeout=timeouts.ready,
-                describe=lambda: _describe_pod(ray, head.metadata.name),
+                describe=_describe_pod,
+                namespace=ray.namespace,
+                field_selector=f"metadata.name={head.metadata.name}",
             )
         metrics["head_restarted_s"] = round(time.time() - killed, 2)
         marks.append((time.time(), "head Ready again"))
@@ -294,6 +260,5 @@ def test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_p
     )
 
 
-def _describe_pod(ray: Ray, name: str) -> str:
-    pod = ray.core.read_namespaced_pod(name, ray.namespace)
-    return f"{name}: {pod.status.phase}, {restarts(pod)} restarts, ready {is_serving(pod)}"
+def _describe_pod(pod: client.V1Pod) -> str:
+    return f"{pod.metadata.name}: {pod.status.phase}, {restarts(pod)} restarts, ready {is_serving(pod)}"

@@ -31,7 +31,7 @@ from conformance.load import analysis, traffic
 from conformance.load.generator import LoadGenerator, running
 from conformance.load.records import Record
 from conformance.profiles import Profile
-from conformance.suites import serving
+from conformance.suites import ray_processes, serving
 from conformance.timeouts import Timeouts
 
 # Every check here measures failed requests under load, so none shares the machine (exclusive.py).
@@ -215,6 +215,8 @@ def test_new_cluster_upgrade_under_load(
 
 # After a promotion, the load goes on this long, so that answers after it can be judged.
 PROMOTED_WINDOW_S = 10
+# Answers sooner than this after the promotion was seen are not judged (the data plane follows).
+DATA_PLANE_S = 2
 # A RayService with upgrades off is watched this long for a pending cluster after a spec change.
 NO_UPGRADE_HOLD_S = 30
 
@@ -264,6 +266,118 @@ def test_cluster_spec_and_serve_config_changed_together_switch_only_at_promotion
     assert not early, f"{len(early)} answers from {new} before the promotion, the first {lead:.1f}s before it"
     serving.assert_all_from(records, promoted, new, "after promotion")
     _assert_within_budget(records, profile, metrics)
+
+
+# The new cluster's head is held back this long by an init container, as in KubeRay's own
+# TestOldHeadPodFailDuringUpgrade, so the old head fails while the new cluster is still pending.
+PENDING_HOLD_S = 30
+# The Ray process that answers the serve Service on a head (Serve's HTTP proxy actor).
+SERVE_PROXY = "ray::ProxyActor"
+SERVE_LABEL = "ray.io/serve"  # KubeRay's label: the head is behind the serve Service
+
+
+def _serve_label(pod: Any) -> str:
+    return f"{pod.metadata.name}: {SERVE_LABEL}={(pod.metadata.labels or {}).get(SERVE_LABEL)}"
+
+
+def _not_ready_before_promotion(ray: Ray, old: str, timeout: float) -> dict[str, Any]:
+    """The RayService once it is not Ready with `old` still active, or once `old` is no longer
+    active (promoted without ever saying so: the check fails on it)."""
+    with behaviour("the RayService reports not Ready while the old cluster still serves nothing"):
+        svc = ray.wait(
+            "rayservices",
+            NAME,
+            lambda s: rs.active_cluster(s) != old or rs.conditions(s).get("Ready") == "False",
+            what=f"Ready=False with {old} still active",
+            timeout=timeout,
+            describe=rs.describe,
+        )
+    assert rs.active_cluster(svc) == old, f"promoted to {rs.active_cluster(svc)} without reporting not Ready"
+    return svc
+
+
+@pytest.mark.requires("gateway_api")
+def test_old_head_failing_mid_upgrade_leaves_the_rayservice_not_ready_until_the_new_cluster_serves(
+    ray: Ray,
+    conformance: Environment,
+    base: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    request: pytest.FixtureRequest,
+) -> None:
+    """A NewCluster upgrade under load; once the new cluster is pending, the Serve proxy of the old
+    (active) head hangs (SIGSTOP, for as long as the pod lives). KubeRay takes the old head out of
+    the serve Service, reports the RayService not Ready (no serve endpoint) while the upgrade goes
+    on, promotes the new cluster, puts its head behind the serve Service and is Ready again.
+
+    Sources (v1.7.0): test/e2erayservice/rayservice_upgrade_test.go TestOldHeadPodFailDuringUpgrade
+    (iptables drops the old head's port 8000; its pending head sleeps 30 s in an init container);
+    controllers/ray/rayservice_controller.go `updateHeadPodServeLabel` (the head's ray.io/serve
+    label follows its proxy's health check) and the Ready condition (ZeroServeEndpoints).
+
+    Catches: an old head whose proxy no longer answers kept behind the serve Service (its label
+    still true, requests sent into a hung proxy until promotion), a RayService still reported Ready
+    with no endpoint that answers, an upgrade that stalls because the active cluster is unhealthy,
+    the serve Service not moved to the new head, answers from the old cluster or failed requests
+    after the promotion."""
+    values = {**base, "upgrade_type": "NewCluster"}
+    old, gen, _ = _serving_with_a_load(ray, conformance, values, profile, timeouts, metrics)
+    old_head, service = ray.head_pod(old), f"{NAME}-serve-svc"
+    with behaviour(f"the serve Service {service} has the old head as its endpoint"):
+        serving.wait_serve_endpoints(ray, service, old_head, "the old head", timeouts.ready)
+    marks: list[tuple[float, str]] = []
+    title = "old head failing during a NewCluster upgrade"
+    with _under_load(conformance, request, ray, gen, title, old, timeouts, metrics, marks=marks) as sampler:
+        patched = serving.respec(ray, {**values, "generation": "2", "head_init_sleep_s": PENDING_HOLD_S})
+        marks.append((patched, "cluster spec changed"))
+        _wait_upgrade_started(ray, timeouts.ready)
+        ray_processes.freeze(ray, old_head, SERVE_PROXY, timeouts.apply)
+        failed = time.time()
+        marks.append((failed, f"Serve proxy hung in the old head {old_head.metadata.name}"))
+        with behaviour("KubeRay takes the old head out of the serve Service"):
+            wait_for(
+                ray.core.list_namespaced_pod,
+                lambda pod: (pod.metadata.labels or {}).get(SERVE_LABEL) == "false",
+                what=f"{SERVE_LABEL}=false on the old head",
+                timeout=timeouts.ready,
+                describe=_serve_label,
+                namespace=ray.namespace,
+                field_selector=f"metadata.name={old_head.metadata.name}",
+            )
+        metrics["old_head_unlabelled_s"] = round(time.time() - failed, 2)
+        _not_ready_before_promotion(ray, old, timeouts.ready)
+        metrics["not_ready_s"] = round(time.time() - failed, 2)
+        marks.append((time.time(), "RayService not Ready"))
+        new = rs.active_cluster(serving.wait_promoted(ray, NAME, old, timeouts.upgrade))
+        seen_promoted = time.time()
+        new_head = ray.head_pod(new)
+        with behaviour(f"the serve Service {service} has the new head as its endpoint"):
+            serving.wait_serve_endpoints(ray, service, new_head, "the new head", timeouts.ready)
+        with behaviour("the RayService is Ready again on the new cluster"):
+            ray.wait(
+                "rayservices",
+                NAME,
+                lambda s: rs.is_ready(s) and rs.active_cluster(s) == new,
+                what=f"Ready with {new} active",
+                timeout=timeouts.ready,
+                describe=rs.describe,
+            )
+        time.sleep(PROMOTED_WINDOW_S)  # poll-interval: a load window after the promotion
+    records = gen.records
+    promoted = traffic.promotion(sampler.samples, new).at or seen_promoted
+    metrics["upgrade_s"] = round(promoted - patched, 2)
+    metrics["failed_to_promoted_s"] = round(promoted - failed, 2)
+    metrics["outage_s"] = traffic.outage_s(records)
+    gen.check()  # a generator that did not keep its rate measured nothing
+    serving.assert_sampled(sampler, metrics)
+    upgrading = [s for s in sampler.samples if s.active == old and s.pending == new]
+    assert any(s.conditions.get("Ready") == "False" for s in upgrading), (
+        "no status sample shows Ready=False while the upgrade was under way"
+    )
+    serving.assert_all_from(records, promoted, new, "after promotion")
+    late = [r for r in records if r.sent > promoted + DATA_PLANE_S and not r.ok]
+    assert not late, f"{len(late)} failed requests after the promotion: {analysis.error_details(late)}"
 
 
 @pytest.mark.requires("gateway_api")

@@ -8,6 +8,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .behind_the_back import annotate_each, drop_crd_fields, drop_rbac, probe, raycluster_spec
 from .faults import Fault
+from .faults_autoscaling import autoscaler_role_without_raycluster_patch
 from .rogue import Rogue, before_checks, side_by_side
 
 RAYSERVICE = "test_rayservice.py::"
@@ -186,6 +187,9 @@ HEAD_LOSS = "test_rayservice_head_loss.py::"
 GCS_RESTART = HEAD_LOSS + (
     "test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_place_and_keeps_serving"
 )
+SERVE_AUTOSCALING = "test_rayservice_autoscaling.py::" + (
+    "test_a_burst_scales_serve_replicas_and_workers_up_then_both_back_to_steady_state"
+)
 
 FAULTS = [
     Fault(
@@ -257,5 +261,16 @@ FAULTS = [
         on_checkout=True,  # where the check was seen passing (1.7.0)
         catches=(GCS_RESTART,),
         evidence="did not outlive the GCS restart",
+    ),
+    Fault(
+        name="serve-replicas-without-workers",
+        area="rayservice",
+        misbehaviour="the autoscaler of a RayService's cluster cannot patch it: Serve asks for replicas "
+        "under a burst and no worker is ever added for them",
+        rogue=autoscaler_role_without_raycluster_patch,
+        on_checkout=True,  # where the check was seen passing (1.7.0)
+        catches=(SERVE_AUTOSCALING,),
+        run_args=("--timeout", "scale=120"),  # a healthy scale-up under the burst takes about a minute here
+        evidence="replicas on 3 workers",
     ),
 ]

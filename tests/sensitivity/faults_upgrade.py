@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from .behind_the_back import drop_crd_fields, json_patch, probe, raycluster_spec
+from .behind_the_back import drop_crd_fields, drop_rbac, json_patch, probe, raycluster_spec
 from .faults import Fault
 from .faults_rayservice import (
     ORIGINATED_FROM_NAME,
@@ -21,6 +21,10 @@ UPGRADE = "test_upgrade.py::"
 INCREMENTAL = UPGRADE + "test_incremental_upgrade_under_load"
 ROLLBACK = UPGRADE + "test_reverting_the_spec_mid_upgrade_rolls_back"
 STAMP = "/status/pendingServiceStatus/lastTrafficMigratedTime"
+OPERATOR_CLUSTER_ROLE = "kuberay-operator"
+OLD_HEAD_FAILS = UPGRADE + (
+    "test_old_head_failing_mid_upgrade_leaves_the_rayservice_not_ready_until_the_new_cluster_serves"
+)
 
 
 @before_checks
@@ -177,6 +181,17 @@ def pending_cluster_deleted_when_a_rollback_starts(rogue: Rogue) -> None:
         rogue.acted(f"deleted the pending RayCluster {namespace}/{pending} as RollbackInProgress appeared")
 
 
+def pods_frozen_once_an_upgrade_starts(rogue: Rogue) -> None:
+    """Once a RayService of the run has a pending RayCluster, the operator may no longer update
+    pods: the serve label of every head stays as it was, so a head whose Serve proxy hangs stays
+    behind the serve Service, as with an operator that stops health-checking the active head while
+    it upgrades."""
+    for svc in rogue.ray_objects("rayservices"):
+        if (svc.get("status") or {}).get("pendingServiceStatus", {}).get("rayClusterName"):
+            drop_rbac(rogue, "ClusterRole", OPERATOR_CLUSTER_ROLE, "pods", verb="update")
+            return
+
+
 FAULTS = [
     Fault(
         name="deletion-delay-dropped-by-a-stale-crd",
@@ -264,5 +279,16 @@ FAULTS = [
         claimed_version="v1.7.0",
         catches=(ROLLBACK + "[before-traffic]",),
         evidence="not the original",
+    ),
+    Fault(
+        name="hung-old-head-kept-behind-the-serve-service",
+        area="upgrade",
+        misbehaviour="a head whose Serve proxy hangs mid upgrade keeps its ray.io/serve=true label "
+        "(the operator cannot update pods once the upgrade started)",
+        rogue=pods_frozen_once_an_upgrade_starts,
+        on_checkout=True,  # where the check was seen passing (1.7.0)
+        catches=(OLD_HEAD_FAILS,),
+        run_args=("--timeout", "ready=150"),  # each wait of the check takes under a minute here
+        evidence="ray.io/serve=false on the old head",
     ),
 ]

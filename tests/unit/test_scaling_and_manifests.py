@@ -10,7 +10,14 @@ import yaml
 from conformance import profiles
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render, render_all
-from conformance.kube.scaling import GroupSample, Sample, alive_workers, partial_replica_streak
+from conformance.kube.scaling import (
+    GroupSample,
+    Sample,
+    alive_workers,
+    live_proxies,
+    partial_replica_streak,
+    replica_states,
+)
 from conformance.profiles import load
 from conformance.suites.autoscaling import ScaleDownWindow
 from conformance.suites.conftest import manifest_values
@@ -114,6 +121,56 @@ def test_the_head_service_type_is_set_only_when_the_profile_exposes_it(template:
 
     assert "serviceType" not in head()
     assert head(head_service_type="LoadBalancer")["serviceType"] == "LoadBalancer"
+
+
+def test_a_rayservice_head_is_held_back_by_an_init_container_only_when_asked() -> None:
+    values = rs.rayservice_values(manifest_values(load("default"), "2.58.0"), "x")
+
+    def head_pod(**extra: Any) -> dict:
+        return render("ray/rayservice.yaml", **{**values, **extra})["spec"]["rayClusterConfig"][
+            "headGroupSpec"
+        ]["template"]["spec"]
+
+    assert "initContainers" not in head_pod()
+    (hold,) = head_pod(head_init_sleep_s=30)["initContainers"]
+    assert hold["command"] == ["sleep", "30"] and hold["image"] == values["image"]
+
+
+def test_serve_replicas_are_counted_by_state_for_the_named_deployment() -> None:
+    answer = {"applications": {"echo": {"deployments": {
+        "Echo": {"replicas": [{"state": "RUNNING"}, {"state": "STARTING"}, {"state": "RUNNING"}]},
+        "Other": {"replicas": [{"state": "RUNNING"}]},
+    }}}}  # fmt: skip
+    states = replica_states(answer, "echo", "Echo")
+    assert states == {"RUNNING": 2, "STARTING": 1}
+    sample = Sample(0.0, {}, None, states)
+    assert (sample.replicas("RUNNING"), sample.replicas("STOPPING"), sample.replicas()) == (2, 0, 3)
+    assert Sample(0.0, {}, None).replicas() is None
+    with pytest.raises(KeyError):
+        replica_states({"applications": {}}, "echo", "Echo")
+    proxies = {
+        "proxies": {"a": {"status": "HEALTHY"}, "b": {"status": "DRAINING"}, "c": {"status": "DRAINED"}}
+    }
+    assert live_proxies(proxies) == 2
+
+
+def test_serve_autoscaling_replaces_the_fixed_replica_count_and_workers_scale_to_the_max() -> None:
+    base = rs.rayservice_values(manifest_values(load("default"), "2.58.0"), "x")
+    plain = render("ray/rayservice.yaml", **base)["spec"]
+    (deployment,) = yaml.safe_load(plain["serveConfigV2"])["applications"][0]["deployments"]
+    assert deployment["num_replicas"] == 1 and "autoscaling_config" not in deployment
+    scaling = dict(serve_max_replicas=3, target_ongoing_requests=2, upscale_delay_s=3, downscale_delay_s=15,
+                   look_back_period_s=10, graceful_shutdown_s=5, replica_cpus=1, delay_s=0.5,
+                   autoscaling=True, serve_workers=1, serve_workers_max=3, idle_timeout_s=30)  # fmt: skip
+    spec = render("ray/rayservice.yaml", **{**base, **scaling})["spec"]
+    (app,) = yaml.safe_load(spec["serveConfigV2"])["applications"]
+    (deployment,) = app["deployments"]
+    assert "num_replicas" not in deployment and deployment["autoscaling_config"]["max_replicas"] == 3
+    assert deployment["ray_actor_options"]["num_cpus"] == 1 and app["args"]["delay_s"] == 0.5
+    cluster = spec["rayClusterConfig"]
+    assert cluster["autoscalerOptions"]["idleTimeoutSeconds"] == 30
+    (group,) = cluster["workerGroupSpecs"]  # the serve group only, not the spare one
+    assert (group["groupName"], group["minReplicas"], group["maxReplicas"]) == ("serve", 1, 3)
 
 
 def test_scale_down_is_judged_against_the_idle_timeout_and_its_slack() -> None:
