@@ -4,7 +4,8 @@ A typical check makes one RayCluster of a head and two workers. Memory is counte
 profile's `resources` (the pods' limits): a pod over its limit is killed, whatever else runs.
 CPU is counted by what a running check keeps busy on average, one core (CORES_PER_CHECK), within
 the cores of the nodes a Ray pod can land on, and never beyond what the pods request
-(POD_REQUESTS, 100m each) leaves free. The result is at least 1 and at most MAX_WORKERS.
+(POD_REQUESTS, 100m each; a worker pod holds 200m while KubeRay's wait-gcs-ready init container
+counts, WORKER_INIT_CPU) leaves free. The result is at least 1 and at most MAX_WORKERS.
 
 Not by the CPU limits (2 per check): the checks mostly wait on KubeRay (idle timeouts, TTLs,
 deadlines), and counting limits gave 1 worker on the 2-core machine CI runs on. Not by the
@@ -30,6 +31,9 @@ from conformance.profiles import POD_REQUESTS, Profile
 WORKERS_PER_CHECK = 2  # Ray worker pods beside the head in a typical check
 MAX_WORKERS = 8  # each worker is a Python process of the harness on this machine too
 CORES_PER_CHECK = Decimal(1)  # a running check keeps less than this busy on average (measured, see above)
+# KubeRay (1.1 and later) gives every worker pod a wait-gcs-ready init container requesting 200m,
+# and the scheduler counts a pod at the larger of its init containers and its containers' sum.
+WORKER_INIT_CPU = Decimal("0.2")
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,10 @@ def per_check(profile: Profile) -> tuple[Decimal, Decimal]:
 
 
 def requested_per_check() -> Decimal:
-    """CPU cores the pods of a typical check request (the harness's manifests give every pod POD_REQUESTS)."""
-    return parse_quantity(POD_REQUESTS["cpu"]) * (1 + WORKERS_PER_CHECK)
+    """CPU cores the pods of a typical check hold of the scheduler's room (the harness's manifests
+    give every pod POD_REQUESTS; a worker pod's init container asks WORKER_INIT_CPU)."""
+    pod = parse_quantity(POD_REQUESTS["cpu"])
+    return pod + max(pod, WORKER_INIT_CPU) * WORKERS_PER_CHECK
 
 
 def workers_for(room: Room, profile: Profile) -> int:
@@ -78,11 +84,20 @@ def room_in_cluster(api: client.ApiClient) -> Room:
     for pod in core.list_pod_for_all_namespaces(field_selector=running).items:
         if pod.spec.node_name not in names:
             continue
-        for container in pod.spec.containers:
-            requests = (container.resources and container.resources.requests) or {}
-            cpu -= parse_quantity(requests.get("cpu", "0"))
-            memory -= parse_quantity(requests.get("memory", "0"))
+        cpu -= effective_request(pod.spec, "cpu")
+        memory -= effective_request(pod.spec, "memory")
     return Room(cpu, memory, cores, f"{len(nodes)} node(s) of the cluster, less what running pods request")
+
+
+def effective_request(spec: client.V1PodSpec, resource: str) -> Decimal:
+    """What the scheduler holds for a pod: the larger of its containers' sum and any one init container."""
+
+    def asked(container: client.V1Container) -> Decimal:
+        requests = (container.resources and container.resources.requests) or {}
+        return parse_quantity(requests.get(resource, "0"))
+
+    containers = sum((asked(c) for c in spec.containers), Decimal(0))
+    return max([containers, *(asked(c) for c in spec.init_containers or [])])
 
 
 def room_on_this_machine() -> Room:

@@ -25,9 +25,9 @@ GIB = Decimal(2**30)
 
 
 def test_auto_workers_are_one_per_core_within_free_memory_and_requests() -> None:
-    profile = profiles.load("default")  # head 2Gi, workers 1Gi: 4 GiB per check; 300m requested
+    profile = profiles.load("default")  # head 2Gi, workers 1Gi: 4 GiB per check; 500m requested
     assert capacity.per_check(profile)[1] == 4 * GIB
-    assert capacity.requested_per_check() == Decimal("0.3")
+    assert capacity.requested_per_check() == Decimal("0.5")  # the workers' init containers ask 200m
 
     def room(free_cpu: str, memory_gib: int, cores: int) -> capacity.Room:
         return capacity.Room(Decimal(free_cpu), memory_gib * GIB, Decimal(cores), "t")
@@ -38,6 +38,23 @@ def test_auto_workers_are_one_per_core_within_free_memory_and_requests() -> None
     assert capacity.workers_for(room("0.5", 40, 8), profile) == 1  # what running pods request
     assert capacity.workers_for(room("0", 0, 0), profile) == 1  # never below 1
     assert capacity.workers_for(room("64", 512, 64), profile) == capacity.MAX_WORKERS
+
+
+def test_a_pod_holds_the_larger_of_its_containers_sum_and_any_init_container() -> None:
+    from kubernetes import client  # noqa: PLC0415 - only this test builds pod specs
+
+    def box(name: str, cpu: str) -> client.V1Container:
+        return client.V1Container(name=name, resources=client.V1ResourceRequirements(requests={"cpu": cpu}))
+
+    worker = client.V1PodSpec(
+        containers=[box("ray", "100m")], init_containers=[box("wait-gcs-ready", "200m")]
+    )
+    assert capacity.effective_request(worker, "cpu") == Decimal("0.2")
+    head = client.V1PodSpec(
+        containers=[box("ray", "100m"), box("autoscaler", "50m"), client.V1Container(name="x")]
+    )
+    assert capacity.effective_request(head, "cpu") == Decimal("0.15")
+    assert capacity.effective_request(head, "memory") == 0
 
 
 def test_room_on_this_machine_is_read_from_proc() -> None:
