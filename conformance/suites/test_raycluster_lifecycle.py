@@ -1,5 +1,6 @@
 """Area raycluster: what KubeRay does when a live RayCluster is suspended, scaled down, upgraded
-with the Recreate strategy, or cannot make its pods (KubeRay v1.7.0's e2e/raycluster_test.go).
+with the Recreate strategy, or cannot make its pods (KubeRay v1.7.0's e2e/raycluster_test.go), and
+how it indexes worker replicas and their hosts (e2e/raycluster_multi_host_test.go).
 
 Each check's docstring names the KubeRay misbehaviour it exists to catch ("Catches: ...").
 """
@@ -56,15 +57,17 @@ def _live(ray: Ray, name: str, node_type: str | None = None) -> list[client.V1Po
     return [p for p in ray.pods(name, node_type) if p.metadata.deletion_timestamp is None]
 
 
-def _wait_pods(ray: Ray, name: str, predicate: Any, what: str, timeout: float) -> None:
-    """Wait on the cluster's pods (watched) until `predicate(live pods)` holds: KubeRay's behaviour."""
+def _wait_pods(ray: Ray, name: str, predicate: Any, what: str, timeout: float, describe: Any = None) -> None:
+    """Wait on the cluster's pods (watched) until `predicate(live pods)` holds: KubeRay's behaviour.
+    `describe(live pods)` says what was last seen (by default each pod's readiness)."""
+    describe = describe or (lambda pods: ", ".join(f"{p.metadata.name} ready={is_ready(p)}" for p in pods))
     with behaviour(f"RayCluster {name}: {what}"):
         wait_for(
             ray.core.list_namespaced_pod,
             lambda _event: predicate(_live(ray, name)),
             what=what,
             timeout=timeout,
-            describe=lambda _p: ", ".join(f"{p.metadata.name} ready={is_ready(p)}" for p in _live(ray, name)),
+            describe=lambda _p: describe(_live(ray, name)),
             namespace=ray.namespace,
             label_selector=f"ray.io/cluster={name}",
         )
@@ -224,3 +227,102 @@ def _patch_group(ray: Ray, name: str, changes: dict[str, Any]) -> None:
     """Change the one worker group (a merge patch replaces the list, so send the whole group)."""
     group = ray.get("rayclusters", name)["spec"]["workerGroupSpecs"][0]
     ray.patch("rayclusters", name, {"spec": {"workerGroupSpecs": [{**group, **changes}]}})
+
+
+REPLICA_NAME = "ray.io/worker-group-replica-name"  # the hosts of one numOfHosts replica share it
+REPLICA_INDEX = "ray.io/worker-group-replica-index"  # 0 .. replicas-1 within the group
+HOST_INDEX = "ray.io/replica-host-index"  # 0 .. numOfHosts-1 within the replica
+
+
+def _labels(pod: client.V1Pod) -> tuple[str | None, str | None, str | None]:
+    labels = pod.metadata.labels or {}
+    return labels.get(REPLICA_NAME), labels.get(REPLICA_INDEX), labels.get(HOST_INDEX)
+
+
+def _indexed(replicas: int, hosts: int) -> Any:
+    """Live workers that form `replicas` replicas of `hosts` pods each: replica indices 0..replicas-1
+    once each, host indices 0..hosts-1 within each replica, one replica index per replica name
+    (single-host pods carry only the replica index)."""
+
+    def check(pods: list[client.V1Pod]) -> bool:
+        workers = [_labels(p) for p in pods if p.metadata.labels.get("ray.io/node-type") == "worker"]
+        if len(workers) != replicas * hosts:
+            return False
+        if hosts == 1:
+            return sorted(i for _, i, _ in workers) == [str(n) for n in range(replicas)] and all(
+                name is None and host is None for name, _, host in workers
+            )
+        by_replica: dict[str | None, list[tuple[str | None, str | None]]] = {}
+        for name, index, host in workers:
+            by_replica.setdefault(name, []).append((index, host))
+        indices = sorted({index for members in by_replica.values() for index, _ in members})
+        return (
+            None not in by_replica
+            and indices == [str(n) for n in range(replicas)]
+            and all(len({i for i, _ in m}) == 1 for m in by_replica.values())
+            and all(sorted(h for _, h in m) == [str(n) for n in range(hosts)] for m in by_replica.values())
+        )
+
+    return check
+
+
+def _describe_indices(pods: list[client.V1Pod]) -> str:
+    return "; ".join(f"{p.metadata.name}: name/index/host {_labels(p)}" for p in pods)
+
+
+@pytest.mark.requires("gate:RayMultiHostIndexing")
+def test_single_host_replicas_keep_unique_indices_through_a_loss_and_a_scale_up(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    """Catches (RayMultiHostIndexing, KubeRay v1.7.0 e2e TestRayClusterSingleHostMultiSlice): single-
+    host workers without a ray.io/worker-group-replica-index, two with the same index, or labels
+    of a multi-host replica on them; a lost worker whose replacement does not take the freed index
+    (a gap and a duplicate instead); a scale-up that does not continue the indices."""
+    values = {
+        **cluster_values,
+        "name": "slices",
+        "workers": [{"name": "slice", "replicas": 3, "max_replicas": 4}],
+    }
+    ray.create("rayclusters", render("ray/raycluster.yaml", **values))
+    ray.wait_cluster_ready("slices", timeouts.ready)
+    _wait_pods(ray, "slices", _indexed(3, 1), "workers indexed 0, 1 and 2", timeouts.ready, _describe_indices)
+    (lost,) = [p for p in _live(ray, "slices", "worker") if _labels(p)[1] == "1"]
+    ray.core.delete_namespaced_pod(lost.metadata.name, ray.namespace)
+
+    def refilled(pods: list[client.V1Pod]) -> bool:
+        return lost.metadata.uid not in {p.metadata.uid for p in pods} and _indexed(3, 1)(pods)
+
+    refill = f"{lost.metadata.name} replaced at index 1"
+    _wait_pods(ray, "slices", refilled, refill, timeouts.ready, _describe_indices)
+    _patch_group(ray, "slices", {"replicas": 4})
+    scaled = "workers indexed 0 to 3 after a scale-up"
+    _wait_pods(ray, "slices", _indexed(4, 1), scaled, timeouts.ready, _describe_indices)
+
+
+@pytest.mark.requires("gate:RayMultiHostIndexing")
+def test_a_multi_host_replica_that_loses_a_host_is_recreated_whole_with_its_indices(
+    ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
+) -> None:
+    """Catches (RayMultiHostIndexing, KubeRay v1.7.0 e2e TestRayClusterMultiHostMultiSlice): the
+    hosts of a numOfHosts replica without one shared replica name and index, host indices missing
+    or repeated, two replicas with one index; a replica that loses one host and keeps the other
+    (a slice left half alive instead of recreated as a unit), or comes back without its indices."""
+    group = {"name": "pair", "replicas": 2, "num_of_hosts": 2}
+    ray.create(
+        "rayclusters",
+        render("ray/raycluster.yaml", **{**cluster_values, "name": "hosts", "workers": [group]}),
+    )
+    ray.wait_cluster_ready("hosts", timeouts.ready)
+    _wait_pods(
+        ray, "hosts", _indexed(2, 2), "2 replicas of 2 indexed hosts", timeouts.ready, _describe_indices
+    )
+    workers = _live(ray, "hosts", "worker")
+    lost = next(p for p in workers if _labels(p)[1:] == ("1", "0"))
+    slice_uids = {p.metadata.uid for p in workers if _labels(p)[0] == _labels(lost)[0]}
+    ray.core.delete_namespaced_pod(lost.metadata.name, ray.namespace)
+
+    def recreated(pods: list[client.V1Pod]) -> bool:
+        return not slice_uids & {p.metadata.uid for p in pods} and _indexed(2, 2)(pods)
+
+    whole = f"the replica of {lost.metadata.name} recreated whole (both hosts new), indices complete"
+    _wait_pods(ray, "hosts", recreated, whole, timeouts.ready, _describe_indices)

@@ -22,6 +22,7 @@ from conformance.profiles import load
 from conformance.suites.autoscaling import ScaleDownWindow
 from conformance.suites.conftest import manifest_values
 from conformance.suites.test_autoscaling_variants import _judge_ramp
+from conformance.suites.test_raycluster_lifecycle import _indexed
 
 VALUES: dict[str, Any] = {
     "name": "c",
@@ -213,3 +214,26 @@ def test_upscaling_modes_are_judged_by_the_batches_conservative_allows(
     else:
         with pytest.raises(AssertionError, match="batch"):
             _judge_ramp(version, mode, ramp, "")
+
+
+def _worker(name: str | None, index: str | None, host: str | None) -> Any:
+    from kubernetes import client  # noqa: PLC0415 - only these tests build pods
+
+    labels = {"ray.io/node-type": "worker", "ray.io/worker-group-replica-name": name,
+              "ray.io/worker-group-replica-index": index, "ray.io/replica-host-index": host}  # fmt: skip
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(labels={k: v for k, v in labels.items() if v is not None})
+    )
+
+
+def test_replica_indices_must_be_unique_complete_and_shared_by_the_hosts_of_a_replica() -> None:
+    single = [_worker(None, "0", None), _worker(None, "1", None), _worker(None, "2", None)]
+    assert _indexed(3, 1)(single)
+    assert not _indexed(3, 1)([*single[:2], _worker(None, "0", None)])  # a duplicate and a gap
+    assert not _indexed(3, 1)([*single[:2], _worker("x", "2", "0")])  # multi-host labels on a single host
+    assert not _indexed(4, 1)(single)
+    pairs = [_worker("a", "0", "0"), _worker("a", "0", "1"), _worker("b", "1", "0"), _worker("b", "1", "1")]
+    assert _indexed(2, 2)(pairs)
+    assert not _indexed(2, 2)([*pairs[:3], _worker("b", "1", "0")])  # a host index twice
+    assert not _indexed(2, 2)([*pairs[:3], _worker("b", "0", "1")])  # one replica, two indices
+    assert not _indexed(2, 2)([*pairs[:2], _worker("b", "0", "0"), _worker("b", "0", "1")])  # index 0 twice
