@@ -11,8 +11,9 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 CRON_LABEL = "ray.io/cronjob-name"
 SCHEDULED_ANNOTATION = "ray.io/cronjob-scheduled-timestamp"
@@ -21,6 +22,15 @@ SCHEDULED_ANNOTATION = "ray.io/cronjob-scheduled-timestamp"
 def seconds_to_next_minute(now: datetime) -> float:
     """Until the next tick of `* * * * *`."""
     return 60.0 - now.second - now.microsecond / 1e6
+
+
+def daily_tick_in_zone(now: datetime, zone: str, lead_s: float) -> tuple[str, datetime]:
+    """A daily schedule (`M H * * *`) whose next tick, read in `zone`, is the first whole minute at
+    least `lead_s` after `now` (aware, UTC); and that tick in UTC. Read in UTC instead, the same
+    schedule fires hours away for a zone whose offset is hours: what tells the two apart."""
+    tick = (now + timedelta(seconds=lead_s + 60)).replace(second=0, microsecond=0)
+    local = tick.astimezone(ZoneInfo(zone))
+    return f"{local.minute} {local.hour} * * *", tick
 
 
 def scheduled_times(rayjobs: Iterable[dict[str, Any]]) -> list[str]:
@@ -35,10 +45,14 @@ def duplicated_ticks(times: Iterable[str]) -> dict[str, int]:
     return {tick: count for tick, count in Counter(times).items() if count > 1}
 
 
+def parsed(times: Iterable[str]) -> list[datetime]:
+    """Schedule times (RFC 3339, UTC) as aware datetimes, sorted; ones without a time left out."""
+    return sorted(datetime.fromisoformat(t.replace("Z", "+00:00")) for t in times if t)
+
+
 def tick_gaps_s(times: Iterable[str]) -> list[float]:
     """Seconds between consecutive distinct schedule times (RFC 3339, UTC)."""
-    parsed = sorted({datetime.fromisoformat(t.replace("Z", "+00:00")) for t in times if t})
-    return [(b - a).total_seconds() for a, b in itertools.pairwise(parsed)]
+    return [(b - a).total_seconds() for a, b in itertools.pairwise(sorted(set(parsed(times))))]
 
 
 def minutes_name(cron: str, scheduled: str) -> str:

@@ -386,6 +386,59 @@ def test_raycronjob_suspend_stops_new_rayjobs(cron_setup: CronSetup) -> None:
         )
 
 
+# A zone at UTC+05:30 all year (no daylight saving): a schedule read in UTC instead fires 5.5 h away.
+TIME_ZONE = "Asia/Kolkata"
+# The tick is set this far ahead of the RayCronJob's creation, so it is not missed before then.
+TICK_LEAD_S = 45
+
+
+@pytest.mark.requires("kuberay>=1.7.0")  # spec.timeZone first shipped with 1.7.0
+def test_raycronjob_schedule_is_read_in_its_time_zone(
+    cron_setup: CronSetup, profile: Profile, ray_version: str, timeouts: Timeouts
+) -> None:
+    """A daily schedule whose next tick in Asia/Kolkata is a minute or two away makes its RayJob
+    for that instant; an unknown zone is refused with an InvalidRayCronJobSpec event and makes none.
+
+    Sources (v1.7.0): controllers/ray/raycronjob_controller.go (`TZ=<timeZone> <schedule>`),
+    controllers/ray/utils/validation.go (ValidateRayCronJobSpec: the zone must load).
+
+    Catches: `spec.timeZone` ignored or dropped (the schedule read in UTC: no RayJob at the tick),
+    a RayJob for another instant than the tick in that zone, and an unknown zone accepted (a RayJob
+    made) or refused without saying so."""
+    ray, now = cron_setup.watched, datetime.now(UTC)
+    schedule, tick = cronjobs.daily_tick_in_zone(now, TIME_ZONE, TICK_LEAD_S)
+    values = {**manifest_values(profile, ray_version), "schedule": schedule}
+    for name, zone in (("in-zone", TIME_ZONE), ("no-zone", "Mars/Olympus")):
+        ray.create(
+            "raycronjobs", render("ray/raycronjob.yaml", **{**values, "name": name, "time_zone": zone})
+        )
+    wait = (tick - datetime.now(UTC)).total_seconds() + TICK_GRACE_S
+    with behaviour(f"RayCronJob in-zone ({schedule!r} in {TIME_ZONE}) makes a RayJob at {tick:%H:%M} UTC"):
+        ray.wait(
+            "raycronjobs",
+            "in-zone",
+            lambda _cron: bool(_made_by(ray, "in-zone")),
+            what=f"a RayJob of in-zone, due at {tick.isoformat()}",
+            timeout=wait,
+            describe=lambda cron: f"lastScheduleTime={cron.get('status', {}).get('lastScheduleTime')}",
+        )
+    times = cronjobs.scheduled_times(_made_by(ray, "in-zone"))
+    assert cronjobs.parsed(times) == [tick], (
+        f"in-zone's RayJobs were scheduled for {times}, not {tick.isoformat()}"
+    )
+    with behaviour("a RayCronJob with an unknown time zone gets KubeRay's InvalidRayCronJobSpec event"):
+        event = wait_for(
+            ray.core.list_namespaced_event,
+            lambda e: e.reason == "InvalidRayCronJobSpec",
+            what="the InvalidRayCronJobSpec event of no-zone",
+            timeout=timeouts.apply,
+            namespace=ray.namespace,
+            field_selector="involvedObject.name=no-zone",
+        )
+    assert "time zone" in event.message.lower(), event.message
+    assert not _made_by(ray, "no-zone"), "a RayCronJob with an unknown time zone made RayJobs"
+
+
 # -- CRD lifecycle ----------------------------------------------------------------------
 
 

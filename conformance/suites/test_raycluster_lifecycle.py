@@ -284,8 +284,9 @@ def test_single_host_replicas_keep_unique_indices_through_a_loss_and_a_scale_up(
         "workers": [{"name": "slice", "replicas": 3, "max_replicas": 4}],
     }
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
-    ray.wait_cluster_ready("slices", timeouts.ready)
+    # The indices first: an operator that mislabels replicas may never make the cluster ready.
     _wait_pods(ray, "slices", _indexed(3, 1), "workers indexed 0, 1 and 2", timeouts.ready, _describe_indices)
+    ray.wait_cluster_ready("slices", timeouts.ready)
     (lost,) = [p for p in _live(ray, "slices", "worker") if _labels(p)[1] == "1"]
     ray.core.delete_namespaced_pod(lost.metadata.name, ray.namespace)
 
@@ -312,10 +313,10 @@ def test_a_multi_host_replica_that_loses_a_host_is_recreated_whole_with_its_indi
         "rayclusters",
         render("ray/raycluster.yaml", **{**cluster_values, "name": "hosts", "workers": [group]}),
     )
-    ray.wait_cluster_ready("hosts", timeouts.ready)
     _wait_pods(
         ray, "hosts", _indexed(2, 2), "2 replicas of 2 indexed hosts", timeouts.ready, _describe_indices
     )
+    ray.wait_cluster_ready("hosts", timeouts.ready)
     workers = _live(ray, "hosts", "worker")
     lost = next(p for p in workers if _labels(p)[1:] == ("1", "0"))
     slice_uids = {p.metadata.uid for p in workers if _labels(p)[0] == _labels(lost)[0]}

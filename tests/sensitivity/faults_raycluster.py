@@ -10,6 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .behind_the_back import RAY_GROUP, drop_crd_fields, probe, raycluster_spec
 from .faults import Fault
+from .faults_autoscaling import split_multi_host_replicas
 from .rogue import Rogue, before_checks, side_by_side
 
 RAYCLUSTER = "test_raycluster.py::"
@@ -199,6 +200,33 @@ def _give_owner(rogue: Rogue, namespace: str, claim: str, cluster: str) -> bool:
     return True
 
 
+REPLICA_INDEX = "ray.io/worker-group-replica-index"
+
+
+def single_host_replacements_indexed_zero(rogue: Rogue) -> None:
+    """Every single-host worker pod of the run made after the first three of its group is labelled
+    replica index 0 as it appears, as an operator that numbers each replacement from 0 instead of
+    giving it the freed index would. KubeRay sets the label only when it creates a pod."""
+    seen: dict[tuple[str, str], int] = {}
+    for event in rogue.events(rogue.core.list_pod_for_all_namespaces, label_selector=REPLICA_INDEX):
+        pod = event["object"]
+        labels = pod.metadata.labels or {}
+        if event["type"] != "ADDED" or "ray.io/replica-host-index" in labels or not rogue.in_run(pod):
+            continue
+        group = (pod.metadata.namespace, f"{labels.get('ray.io/cluster')}/{labels.get('ray.io/group')}")
+        seen[group] = seen.get(group, 0) + 1
+        if seen[group] <= 3 or labels.get(REPLICA_INDEX) == "0":
+            continue
+        try:
+            rogue.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                            {"metadata": {"labels": {REPLICA_INDEX: "0"}}})  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise
+        rogue.acted(f"labelled {pod.metadata.namespace}/{pod.metadata.name} replica index 0")
+
+
 FAULTS = [
     Fault(
         name="head-service-gets-a-cluster-ip",
@@ -343,5 +371,28 @@ FAULTS = [
         bystanders=(RAYCLUSTER + "test_head_only_cluster_becomes_ready",),
         run_args=("--timeout", "scale=60"),
         evidence="worker down-small-worker-",  # the kept worker, named whichever wait saw the wrong deletion
+    ),
+    Fault(
+        name="single-host-replacement-indexed-zero",
+        area="raycluster",
+        misbehaviour="a single-host worker that replaces a lost one, or is added by a scale-up, gets "
+        "replica index 0 again instead of the free index",
+        rogue=single_host_replacements_indexed_zero,
+        catches=(LIFECYCLE + "test_single_host_replicas_keep_unique_indices_through_a_loss_and_a_scale_up",),
+        run_args=("--timeout", "ready=90"),  # the healthy check waits about 30 s for its workers
+        # The check may see the replacement's own index 1 before the rogue relabels it, and then
+        # fails at the scale-up: either way on an index.
+        evidence="index",
+    ),
+    Fault(
+        name="multi-host-replica-hosts-split",
+        area="raycluster",
+        misbehaviour="the second host of a two-host replica is labelled as a replica of its own",
+        rogue=split_multi_host_replicas,
+        catches=(
+            LIFECYCLE + "test_a_multi_host_replica_that_loses_a_host_is_recreated_whole_with_its_indices",
+        ),
+        run_args=("--timeout", "ready=90"),
+        evidence="2 replicas of 2 indexed hosts",
     ),
 ]

@@ -31,6 +31,15 @@ def stale_crd_without_cron_suspend(rogue: Rogue) -> None:
     drop_crd_fields(rogue, "raycronjobs", [["suspend"]], probe("RayCronJob", spec))
 
 
+@before_checks
+def stale_crd_without_time_zone(rogue: Rogue) -> None:
+    """A RayCronJob CRD without `timeZone` (1.6.x's, which Helm does not replace on an upgrade): the
+    API server drops the field, so a schedule meant for a time zone runs in UTC, and an unknown zone
+    is never seen to be refused."""
+    spec = {"schedule": "* * * * *", "timeZone": "Asia/Kolkata", "jobTemplate": {"entrypoint": "true"}}
+    drop_crd_fields(rogue, "raycronjobs", [["timeZone"]], probe("RayCronJob", spec))
+
+
 def scoped_operator_watches_one_namespace_more(rogue: Rogue) -> None:
     """The RayCronJob checks' scoped operator, as it is made, is also given the namespace the check
     keeps unwatched (its `--watch-namespace` widened, its Role and RoleBinding copied there): an
@@ -88,6 +97,16 @@ def tick_scheduled_again(rogue: Rogue) -> None:
 
 
 FAULTS = [
+    Fault(
+        name="raycronjob-time-zone-dropped-by-a-stale-crd",
+        area="operator",
+        misbehaviour="a RayCronJob's schedule is read in UTC, not in the timeZone it names",
+        rogue=stale_crd_without_time_zone,
+        on_checkout=True,  # timeZone is 1.7.0's
+        catches=(OPERATOR + "test_raycronjob_schedule_is_read_in_its_time_zone",),
+        bystanders=(OPERATOR + "test_raycronjob_crd_is_served_at_v1",),
+        evidence="makes a RayJob at",
+    ),
     Fault(
         name="raycronjob-suspend-dropped-by-a-stale-crd",
         area="operator",

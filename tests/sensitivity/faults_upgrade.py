@@ -187,7 +187,10 @@ def pods_frozen_once_an_upgrade_starts(rogue: Rogue) -> None:
     behind the serve Service, as with an operator that stops health-checking the active head while
     it upgrades."""
     for svc in rogue.ray_objects("rayservices"):
-        if (svc.get("status") or {}).get("pendingServiceStatus", {}).get("rayClusterName"):
+        status = svc.get("status") or {}
+        active = (status.get("activeServiceStatus") or {}).get("rayClusterName")
+        # A new RayService's first cluster is pending too, with no active one: not an upgrade.
+        if active and (status.get("pendingServiceStatus") or {}).get("rayClusterName"):
             drop_rbac(rogue, "ClusterRole", OPERATOR_CLUSTER_ROLE, "pods", verb="update")
             return
 

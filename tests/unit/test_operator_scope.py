@@ -36,6 +36,17 @@ def test_ticks_duplicates_and_gaps() -> None:
     assert cronjobs.tick_gaps_s(["2026-01-01T10:00:00Z", "2026-01-01T10:03:00Z"]) == [180.0]
 
 
+def test_a_daily_tick_in_a_zone_is_the_next_whole_minute_after_the_lead() -> None:
+    schedule, tick = cronjobs.daily_tick_in_zone(
+        datetime(2026, 12, 6, 3, 45, 20, tzinfo=UTC), "Asia/Kolkata", 45
+    )
+    assert tick == datetime(2026, 12, 6, 3, 47, tzinfo=UTC)  # 03:46:05 rounded up to a whole minute
+    assert schedule == "17 9 * * *"  # 03:47 UTC is 09:17 at UTC+05:30
+    late = cronjobs.daily_tick_in_zone(datetime(2026, 12, 6, 18, 29, 50, tzinfo=UTC), "Asia/Kolkata", 45)
+    assert late == ("1 0 * * *", datetime(2026, 12, 6, 18, 31, tzinfo=UTC))  # past local midnight
+    assert cronjobs.parsed(["", "2026-12-06T03:47:00Z"]) == [tick]
+
+
 def test_minutes_name_is_minutes_since_the_epoch() -> None:
     assert cronjobs.minutes_name("nightly", "1970-01-01T01:00:00Z") == "nightly-60"
 
