@@ -365,18 +365,30 @@ def redis_outlives_the_cluster(ray: Ray, timeouts: Timeouts) -> Iterator[None]:
     yield from ray_processes.deleted_before_redis(ray, "rayclusters", FT_CLUSTER, timeouts)
 
 
+# The way GCS fault tolerance was asked for before gcsFaultToleranceOptions (KubeRay's
+# ray-cluster.deprecate-gcs-ft.yaml, still honoured by 1.7.0): this annotation on the RayCluster
+# and RAY_REDIS_ADDRESS in the head's environment.
+FT_ENABLED = "ray.io/ft-enabled"
+STORAGE_NS_ENV = (
+    "RAY_external_storage_namespace"  # what KubeRay sets on the head (utils.RAY_EXTERNAL_STORAGE_NS)
+)
+
+
 def _ft_cluster(
-    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts
+    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts, legacy: bool = False
 ) -> tuple[str, Any]:
-    """Redis (the environment: an error if it never starts), then a GCS fault-tolerant RayCluster on it."""
+    """Redis (the environment: an error if it never starts), then a GCS fault-tolerant RayCluster on
+    it, asked for with gcsFaultToleranceOptions or, `legacy`, with the ft-enabled annotation."""
     redis_pod = ray_processes.start_redis(ray, profile, timeouts)
-    values = {
-        **cluster_values,
-        "name": FT_CLUSTER,
-        "redis_address": ray_processes.REDIS_ADDRESS,
-        "workers": [{"name": "small", "replicas": 1}],
-    }
-    ray.create("rayclusters", render("ray/raycluster.yaml", **values))
+    values = {**cluster_values, "name": FT_CLUSTER, "workers": [{"name": "small", "replicas": 1}]}
+    if not legacy:
+        values["redis_address"] = ray_processes.REDIS_ADDRESS
+    body = render("ray/raycluster.yaml", **values)
+    if legacy:
+        body["metadata"].setdefault("annotations", {})[FT_ENABLED] = "true"
+        head = body["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        head.setdefault("env", []).append({"name": "RAY_REDIS_ADDRESS", "value": ray_processes.REDIS_ADDRESS})
+    ray.create("rayclusters", body)
     ray.wait_cluster_ready(FT_CLUSTER, timeouts.ready)
     _until_workers_alive(ray, FT_CLUSTER, timeouts.ready)
     return FT_CLUSTER, redis_pod
@@ -449,16 +461,34 @@ def _until_head_answers(ray: Ray, cluster: str, script: str, timeout: float) -> 
 
 
 @pytest.mark.usefixtures("redis_outlives_the_cluster")
+@pytest.mark.parametrize("legacy", [False, True], ids=["gcsFaultToleranceOptions", "ft-enabled-annotation"])
 def test_gcs_ft_cluster_deletion_cleans_its_redis_state(
-    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts, metrics: dict[str, float]
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Any,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    legacy: bool,
 ) -> None:
-    """Catches: a deleted GCS fault-tolerant RayCluster leaving its state in Redis (the cleanup
-    finalizer off, as ENABLE_GCS_FT_REDIS_CLEANUP=false does)."""
-    cluster, redis_pod = _ft_cluster(ray, cluster_values, profile, timeouts)
+    """GCS fault tolerance asked for with gcsFaultToleranceOptions, or the legacy way (the
+    ray.io/ft-enabled annotation and RAY_REDIS_ADDRESS, as KubeRay's e2e raycluster_gcs_ft_test.go
+    and ray-cluster.deprecate-gcs-ft.yaml): the head keeps its state in Redis under the storage
+    namespace KubeRay gives it, and deleting the cluster empties it.
+
+    Catches: a deleted GCS fault-tolerant RayCluster leaving its state in Redis (the cleanup
+    finalizer off, as ENABLE_GCS_FT_REDIS_CLEANUP=false does); the legacy annotation no longer
+    honoured (no storage namespace, no state in Redis); the head's RAY_external_storage_namespace
+    not that namespace, or REDIS_PASSWORD set where Redis has none."""
+    cluster, redis_pod = _ft_cluster(ray, cluster_values, profile, timeouts, legacy)
     head = ray.head_pod(cluster)
-    storage = _storage_namespace(head)
+    storage = (head.metadata.annotations or {}).get("ray.io/external-storage-namespace", "")
+    assert storage, f"{head.metadata.name} has no ray.io/external-storage-namespace: GCS FT is off"
     assert ray_processes.redis_keys(ray, redis_pod, storage) > 0, f"no state in Redis under {storage}"
     env = _env(head)
+    given = env.get(STORAGE_NS_ENV)
+    assert given is not None and given.value == storage, (
+        f"the head's {STORAGE_NS_ENV} is not its storage namespace {storage}: {given}"
+    )
     assert "REDIS_PASSWORD" not in env, "KubeRay set REDIS_PASSWORD on a head whose Redis has no password"
     started = time.monotonic()
     ray.delete("rayclusters", cluster)

@@ -240,13 +240,15 @@ def _labels(pod: client.V1Pod) -> tuple[str | None, str | None, str | None]:
 
 
 def _indexed(replicas: int, hosts: int) -> Any:
-    """Live workers that form `replicas` replicas of `hosts` pods each: replica indices 0..replicas-1
-    once each, host indices 0..hosts-1 within each replica, one replica index per replica name
-    (single-host pods carry only the replica index)."""
+    """Live workers, all Ready, that form `replicas` replicas of `hosts` pods each: replica indices
+    0..replicas-1 once each, host indices 0..hosts-1 within each replica, one replica index per
+    replica name (single-host pods carry only the replica index). Judged on Ready pods, so the
+    labels are those the pods settled with, not the first ones seen."""
 
     def check(pods: list[client.V1Pod]) -> bool:
-        workers = [_labels(p) for p in pods if p.metadata.labels.get("ray.io/node-type") == "worker"]
-        if len(workers) != replicas * hosts:
+        ready = [p for p in pods if p.metadata.labels.get("ray.io/node-type") == "worker"]
+        workers = [_labels(p) for p in ready if is_ready(p)]
+        if len(workers) != len(ready) or len(workers) != replicas * hosts:
             return False
         if hosts == 1:
             return sorted(i for _, i, _ in workers) == [str(n) for n in range(replicas)] and all(

@@ -221,9 +221,9 @@ def _worker(name: str | None, index: str | None, host: str | None) -> Any:
 
     labels = {"ray.io/node-type": "worker", "ray.io/worker-group-replica-name": name,
               "ray.io/worker-group-replica-index": index, "ray.io/replica-host-index": host}  # fmt: skip
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(labels={k: v for k, v in labels.items() if v is not None})
-    )
+    meta = client.V1ObjectMeta(labels={k: v for k, v in labels.items() if v is not None})
+    ready = client.V1PodStatus(conditions=[client.V1PodCondition(type="Ready", status="True")])
+    return client.V1Pod(metadata=meta, status=ready)
 
 
 def test_replica_indices_must_be_unique_complete_and_shared_by_the_hosts_of_a_replica() -> None:
@@ -232,6 +232,8 @@ def test_replica_indices_must_be_unique_complete_and_shared_by_the_hosts_of_a_re
     assert not _indexed(3, 1)([*single[:2], _worker(None, "0", None)])  # a duplicate and a gap
     assert not _indexed(3, 1)([*single[:2], _worker("x", "2", "0")])  # multi-host labels on a single host
     assert not _indexed(4, 1)(single)
+    single[0].status.conditions[0].status = "False"
+    assert not _indexed(3, 1)(single)  # judged once every worker is Ready
     pairs = [_worker("a", "0", "0"), _worker("a", "0", "1"), _worker("b", "1", "0"), _worker("b", "1", "1")]
     assert _indexed(2, 2)(pairs)
     assert not _indexed(2, 2)([*pairs[:3], _worker("b", "1", "0")])  # a host index twice
