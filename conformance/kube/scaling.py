@@ -1,5 +1,5 @@
 """Watching a RayCluster scale: desired replicas, pods by phase, Ray's alive nodes and, for a
-RayService's cluster, the running replicas of a Serve deployment over time.
+RayService's cluster, a Serve deployment's replicas by state and Serve's live proxies over time.
 
 A `ScaleWatcher` samples in a background thread while a check drives demand up and down,
 so the check can assert on the whole history (never above maxReplicas, never a partial
