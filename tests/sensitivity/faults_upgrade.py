@@ -182,10 +182,10 @@ def pending_cluster_deleted_when_a_rollback_starts(rogue: Rogue) -> None:
 
 
 def pods_frozen_once_an_upgrade_starts(rogue: Rogue) -> None:
-    """Once a RayService of the run has a pending RayCluster, the operator may no longer update
-    pods: the serve label of every head stays as it was, so a head whose Serve proxy hangs stays
-    behind the serve Service, as with an operator that stops health-checking the active head while
-    it upgrades."""
+    """Once a RayService of the run is upgrading (an active and a pending RayCluster), the operator
+    may no longer update pods: the serve label of every head stays as it was, so a head whose
+    Serve proxy hangs stays behind the serve Service, as with an operator that stops
+    health-checking the active head while it upgrades."""
     for svc in rogue.ray_objects("rayservices"):
         status = svc.get("status") or {}
         active = (status.get("activeServiceStatus") or {}).get("rayClusterName")
