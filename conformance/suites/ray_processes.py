@@ -41,7 +41,7 @@ FREEZE_FOREVER = (
     "                os.kill(int(p), signal.SIGSTOP)\n"
     "        except OSError:\n"
     "            pass\n"
-    "    time.sleep(0.2)\n"
+    "    time.sleep(0.2)  # poll-interval: a proxy Serve restarts is frozen within this\n"
 )
 # The state letter of each process of a command name (T: stopped), one per line.
 PROCESS_STATES = (
