@@ -16,7 +16,7 @@ from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import ExecError, Ray
-from conformance.kube.wait import behaviour, poll_until
+from conformance.kube.wait import behaviour, wait_for
 from conformance.load import analysis, traffic
 from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image
 from conformance.load.records import Record, parse_lines
@@ -148,6 +148,29 @@ def record_timeline(
     traffic.write_timeline(environment.options.run_dir, slug(nodeid), data)
 
 
+def save_load(
+    environment: Environment,
+    nodeid: str,
+    title: str,
+    records: list[Record],
+    metrics: dict[str, float],
+    rate: float,
+    *,
+    samples: Sequence[traffic.Sample] = (),
+    old: str = "",
+    new: str = "",
+    marks: Sequence[tuple[float, str]] = (),
+    start: float | None = None,
+) -> analysis.LoadSummary:
+    """A load's figures into `metrics` and its per-second timeline into the run. Called on the way
+    out of the load, before any assertion, so that a failed check has both too. The timeline starts
+    at the first request (`start`, or now, when none was sent)."""
+    summary = load_metrics(records, metrics, rate)
+    begin = records[0].sent if records else (time.time() if start is None else start)
+    record_timeline(environment, nodeid, title, records, list(samples), begin, old, new, marks)
+    return summary
+
+
 def serve_endpoints(ray: Ray, service: str) -> set[str]:
     """The ready addresses behind `service`, from its EndpointSlices."""
     slices = client.DiscoveryV1Api(ray.api).list_namespaced_endpoint_slice(
@@ -163,12 +186,16 @@ def serve_endpoints(ray: Ray, service: str) -> set[str]:
 
 
 def wait_serve_endpoints(ray: Ray, service: str, pod: client.V1Pod, who: str, timeout: float) -> None:
-    """Until `pod`'s address is the one ready endpoint of `service` (`who` names the pod)."""
-    poll_until(
-        lambda: serve_endpoints(ray, service) == {pod.status.pod_ip} or None,
+    """Until `pod`'s address is the one ready endpoint of `service` (`who` names the pod). Watched:
+    each change to one of the Service's EndpointSlices has the union of all of them judged again."""
+    wait_for(
+        client.DiscoveryV1Api(ray.api).list_namespaced_endpoint_slice,
+        lambda _slice: serve_endpoints(ray, service) == {pod.status.pod_ip},
         what=f"{service}'s ready endpoints to be {who}, {pod.metadata.name} at {pod.status.pod_ip}",
         timeout=timeout,
-        describe=lambda: f"ready endpoints {sorted(serve_endpoints(ray, service))}",
+        describe=lambda _slice: f"ready endpoints {sorted(serve_endpoints(ray, service))}",
+        namespace=ray.namespace,
+        label_selector=f"kubernetes.io/service-name={service}",
     )
 
 

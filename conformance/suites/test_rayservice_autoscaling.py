@@ -14,7 +14,6 @@ and proxies, and the load's per-second latency.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -129,7 +128,10 @@ def test_a_burst_scales_serve_replicas_and_workers_up_then_both_back_to_steady_s
         ended = watch.event("burst ends")
         if gen.records:  # the attack starts a little before the generator says so
             metrics["scale_up_s"] = round(up - watch.clock(gen.records[0].sent), 2)
-        _save_load(conformance, request, gen.records, cluster, metrics)
+        title = f"Serve autoscaling: a burst of {BURST_RATE} req/s"
+        serving.save_load(
+            conformance, request.node.nodeid, title, gen.records, metrics, BURST_RATE, old=cluster
+        )
         replicas_down = _replicas_down(watch, profile, ended, metrics)
         idle = _proxies_drained(watch, profile, proxies, replicas_down, metrics)
         window = autoscaling.scale_down_window(profile, IDLE_TIMEOUT_S)
@@ -175,16 +177,3 @@ def _proxies_drained(
                                     PROXY_DRAIN_S + slack)  # fmt: skip
     metrics["proxies_drained_s"] = round(drained - since, 2)
     return drained
-
-
-def _save_load(
-    conformance: Environment,
-    request: pytest.FixtureRequest,
-    records: list[Any],
-    cluster: str,
-    metrics: dict[str, float],
-) -> None:
-    serving.load_metrics(records, metrics, BURST_RATE)
-    start = records[0].sent if records else time.time()
-    title = f"Serve autoscaling: a burst of {BURST_RATE} req/s"
-    serving.record_timeline(conformance, request.node.nodeid, title, records, [], start, cluster, "")

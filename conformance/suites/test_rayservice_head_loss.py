@@ -85,13 +85,9 @@ class _Load:
                 )
                 yield gen, sampler
         finally:
-            serving.load_metrics(gen.records, metrics, serving.UPGRADE_RATE)
+            serving.save_load(self.conformance, request.node.nodeid, self.title, gen.records, metrics,
+                              serving.UPGRADE_RATE, old=self.cluster, marks=self.marks)  # fmt: skip
             metrics["outage_s"] = traffic.outage_s(gen.records)
-            start = gen.records[0].sent if gen.records else time.time()
-            serving.record_timeline(
-                self.conformance, request.node.nodeid, self.title, gen.records, [], start, self.cluster, "",
-                self.marks,
-            )  # fmt: skip
         gen.check()  # a generator that did not keep its rate measured nothing
         serving.assert_sampled(sampler, metrics)
 

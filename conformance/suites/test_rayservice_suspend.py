@@ -167,19 +167,11 @@ def test_suspended_rayservice_stops_serving_and_resumes_on_a_new_cluster(
         time.sleep(AFTER_READY_S)  # poll-interval: a load window, what a user of the Ready RayService gets
     after = rs.active_cluster(svc)
     records = gen.records
-    serving.load_metrics(records, metrics, serving.PROBE_RATE)
+    marks = [(asked, "suspend"), (suspended, "Suspended"), (resumed, "resume"), (ready, "Ready")]
+    serving.save_load(conformance, request.node.nodeid, "suspend and resume under load", records, metrics,
+                      serving.PROBE_RATE, samples=sampler.samples, old=before, new=after, marks=marks,
+                      start=asked)  # fmt: skip
     metrics["outage_s"] = traffic.outage_s(records)
-    serving.record_timeline(
-        conformance,
-        request.node.nodeid,
-        "suspend and resume under load",
-        records,
-        sampler.samples,
-        records[0].sent if records else asked,
-        before,
-        after,
-        [(asked, "suspend"), (suspended, "Suspended"), (resumed, "resume"), (ready, "Ready")],
-    )
     gen.check()
     serving.assert_sampled(sampler, metrics)
     seen = [s.conditions.get("Suspending") for s in sampler.samples]

@@ -85,25 +85,6 @@ def _budget(profile: Profile, metrics: dict[str, float]) -> int:
     return budget
 
 
-def _finish(
-    conformance: Environment,
-    request: pytest.FixtureRequest,
-    title: str,
-    records: list[Record],
-    sampler: rs.Sampler,
-    old: str,
-    new: str,
-    metrics: dict[str, float],
-    marks: list[tuple[float, str]] | None = None,
-) -> None:
-    """Metrics and the timeline, written before any assertion so a failed check has them too."""
-    serving.load_metrics(records, metrics, serving.UPGRADE_RATE)
-    start = records[0].sent if records else time.time()
-    serving.record_timeline(
-        conformance, request.node.nodeid, title, records, sampler.samples, start, old, new, marks or []
-    )
-
-
 @contextmanager
 def _under_load(
     conformance: Environment,
@@ -127,7 +108,8 @@ def _under_load(
             yield sampler
     finally:
         new = next((s.pending for s in sampler.samples if s.pending not in ("", old)), "")
-        _finish(conformance, request, title, gen.records, sampler, old, new, metrics, marks)
+        serving.save_load(conformance, request.node.nodeid, title, gen.records, metrics, serving.UPGRADE_RATE,
+                          samples=sampler.samples, old=old, new=new, marks=marks or [])  # fmt: skip
 
 
 def _assert_deleted_after_delay(
