@@ -78,7 +78,12 @@ def release(ray: Ray, cluster: str) -> None:
 
 def actor_states(ray: Ray, cluster: str) -> tuple[int, int]:
     """(alive, pending) among the demand actors."""
-    words = ray.exec(ray.head_pod(cluster), ["python", "-c", PENDING]).split()
+    return counted(ray.exec(ray.head_pod(cluster), ["python", "-c", PENDING]))
+
+
+def counted(output: str) -> tuple[int, int]:
+    """(alive, pending) from what PENDING printed."""
+    words = output.split()
     return int(words[words.index("alive") + 1]), int(words[words.index("pending") + 1])
 
 

@@ -56,12 +56,13 @@ PROCESS_STATES = (
 )
 
 
-def start_redis(ray: Ray, profile: Any, timeouts: Timeouts, password: str = "") -> Any:
-    """Redis in the check's namespace, Ready (the environment: an error if it never starts)."""
+def start_redis(ray: Ray, profile: Any, timeouts: Timeouts, password: str = "", user: str = "") -> Any:
+    """Redis in the check's namespace, Ready (the environment: an error if it never starts). With
+    `user`, only that ACL user (and `password`) gets in; with `password` alone, the default user."""
     from kubernetes import utils  # noqa: PLC0415 - only these checks apply multi-object add-ons
 
     for obj in render_all("addons/redis.yaml", name=REDIS, image=profile.redis_image,
-                          pull_policy=profile.pull_policy, password=password):  # fmt: skip
+                          pull_policy=profile.pull_policy, password=password, user=user):  # fmt: skip
         utils.create_from_dict(ray.api, obj, namespace=ray.namespace)
     return wait_for(
         ray.core.list_namespaced_pod,
@@ -91,10 +92,22 @@ def deleted_before_redis(ray: Ray, plural: str, name: str, timeouts: Timeouts) -
         wait_gone(ray.list_fn("rayclusters"), what="the check's RayClusters", timeout=timeouts.cleanup)
 
 
-def redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str, password: str = "") -> int:
-    auth = ["-a", password, "--no-auth-warning"] if password else []
+def redis_keys(ray: Ray, redis_pod: Any, storage_namespace: str, password: str = "", user: str = "") -> int:
+    auth = (["--user", user] if user else []) + (["-a", password, "--no-auth-warning"] if password else [])
     out = ray.exec(redis_pod, ["redis-cli", *auth, "--scan", "--pattern", f"*{storage_namespace}*"])
     return len(out.split())
+
+
+def until_head_answers(ray: Ray, cluster: str, script: str, timeout: float) -> str:
+    """Run `script` on the head once Ray there accepts drivers again (it may lag the pod's readiness);
+    the script gets `timeout` as its argument."""
+    command = ["python", "-c", script, str(timeout)]
+    return poll_until(
+        lambda: ray.exec(ray.head_pod(cluster), command, timeout=timeout + 60),
+        what=f"the new head of {cluster} to run a driver",
+        timeout=timeout,
+        retry_on=(Exception,),  # exec errors, no head pod yet, API hiccups while it restarts
+    )
 
 
 def the_process(ray: Ray, pod: Any, process: str) -> str:

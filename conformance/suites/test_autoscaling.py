@@ -12,6 +12,7 @@ Every check asserts that the watcher's history is complete (no lost reads, no ho
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,10 +25,13 @@ from conformance.kube.scaling import ScaleWatcher, partial_replica_streak
 from conformance.kube.wait import behaviour, holds_for
 from conformance.profiles import Profile
 from conformance.report.timelines import Recorder
+from conformance.suites import ray_processes
 from conformance.suites.autoscaling import (
+    PENDING,
     actors_placed,
     ask,
     autoscaling_cluster,
+    counted,
     ready,
     rejected,
     release,
@@ -318,6 +322,75 @@ def test_request_resources_and_placement_groups_drive_scale_up_and_hold_workers(
             "the idle worker to be removed", idle, window, metrics,
         )  # fmt: skip
     watch.assert_evidence()
+
+
+# -- after the head is lost -------------------------------------------------------------
+
+FT_SCALER = "ftscaler"
+
+
+@pytest.fixture
+def ft_scaler_goes_before_redis(ray: Ray, timeouts: Timeouts) -> Iterator[None]:
+    yield from ray_processes.deleted_before_redis(ray, "rayclusters", FT_SCALER, timeouts)
+
+
+@pytest.mark.kuberay_issue(1141)
+@pytest.mark.usefixtures("ft_scaler_goes_before_redis")
+def test_autoscaling_keeps_working_after_a_gcs_fault_tolerant_head_is_lost(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    """As KubeRay's TestRayClusterAutoscalerGCSFT, with demand held across the loss: one actor
+    holds a worker while the head pod is deleted; the new head, restored from Redis, still has the
+    actor on the same worker, and its autoscaler scales up for new demand and down once it goes.
+
+    Catches: a lost head never recreated (#1141); a new head that starts without the state in
+    Redis (the actor gone); the worker replaced or the group reset when the head came back; an
+    autoscaler on the new head that scales nothing for new demand, goes above maxReplicas, or keeps
+    idle workers past idleTimeoutSeconds + `scale_down_slack_s` (or removes them before it)."""
+    ray_processes.start_redis(ray, profile, timeouts)
+    autoscaling_cluster(ray, cluster_values, FT_SCALER, [_group("small", high=2)], autoscaler_version="v2",
+                        idle_timeout_s=IDLE_S, redis_address=ray_processes.REDIS_ADDRESS)  # fmt: skip
+    ready(ray, FT_SCALER, timeouts)
+    recording = timeline.autoscaling("GCS FT: 1 actor, head lost, 1 more actor, both released")
+    with ScaleWatcher(ray, FT_SCALER, recording) as watch:
+        watch.event("1 one-CPU actor asked for")
+        ask(ray, FT_SCALER, 1, tag="before-")
+        with behaviour("pending demand scales the group up"):
+            until(watch, _workers("small", 1), "1 worker alive in Ray", timeouts.scale)
+        actors_placed(ray, FT_SCALER, 1)
+        head, (worker,) = ray.head_pod(FT_SCALER), ray.pods(FT_SCALER, "worker")
+        lost = watch.event("head pod deleted")
+        ray.core.delete_namespaced_pod(head.metadata.name, ray.namespace)
+        ray.wait_replaced(FT_SCALER, head, "head", timeouts.ready)
+        ray.wait_cluster_ready(FT_SCALER, timeouts.ready)
+        held = counted(ray_processes.until_head_answers(ray, FT_SCALER, PENDING, timeouts.ready))
+        metrics["recovery_s"] = round(watch.event("the new head runs drivers") - lost, 2)
+        assert held == (1, 0), f"the new head does not have the held actor alive: (alive, pending) {held}"
+        (still,) = ray.pods(FT_SCALER, "worker")
+        assert still.metadata.uid == worker.metadata.uid, "the worker holding the actor was replaced"
+        asked = watch.event("1 more actor asked for, of the new head's autoscaler")
+        ask(ray, FT_SCALER, 1, tag="after-")
+        with behaviour("after the head loss, pending demand scales the group up"):
+            up = until(watch, _workers("small", 2), "2 workers alive in Ray", timeouts.scale)
+        metrics["scale_up_s"] = round(up - asked, 2)
+        assert actors_placed(ray, FT_SCALER, 2) == (2, 0)
+        idle = watch.event("demand released")
+        release(ray, FT_SCALER)
+        scaled_down(
+            watch, _no_pods("small"), "after the head loss, idle workers go after idleTimeoutSeconds",
+            "the idle workers to be removed", idle, scale_down_window(profile, IDLE_S), metrics,
+        )  # fmt: skip
+    watch.assert_evidence()
+    desired, pods = watch.max_desired("small"), watch.max_pods("small")
+    assert desired <= 2 and pods <= 2, f"above maxReplicas 2: desired up to {desired}, pods up to {pods}"
+    assert not any(restarts(ray, FT_SCALER).values()), (
+        f"new head containers restarted: {restarts(ray, FT_SCALER)}"
+    )
 
 
 # -- multi-host groups -----------------------------------------------------------------

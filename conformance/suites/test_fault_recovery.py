@@ -425,7 +425,7 @@ def test_gcs_ft_detached_actor_and_serve_app_survive_head_loss(
     ray.core.delete_namespaced_pod(head.metadata.name, ray.namespace)
     with behaviour("a GCS fault-tolerant cluster gets a new head that reuses the state in Redis"):
         ray.wait_cluster_ready(cluster, timeouts.ready)
-        after = _fields(_until_head_answers(ray, cluster, READ_STATE, timeouts.ready))
+        after = _fields(ray_processes.until_head_answers(ray, cluster, READ_STATE, timeouts.ready))
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
     probe = _stop_probe(ray, worker)
     failed = [line for line in probe if " 200 " not in f"{line} "]
@@ -447,17 +447,6 @@ def test_gcs_ft_detached_actor_and_serve_app_survive_head_loss(
         f"the probe made {len(probe)} requests in {metrics['recovery_s']}s"
     )
     assert not failed, f"the Serve app stopped answering while the head was away: {failed[:5]}"
-
-
-def _until_head_answers(ray: Ray, cluster: str, script: str, timeout: float) -> str:
-    """Run `script` on the head once Ray there accepts drivers again (it may lag the pod's readiness)."""
-    command = ["python", "-c", script, str(timeout)]
-    return poll_until(
-        lambda: ray.exec(ray.head_pod(cluster), command, timeout=timeout + 60),
-        what=f"the new head of {cluster} to run a driver",
-        timeout=timeout,
-        retry_on=(Exception,),  # exec errors, no head pod yet, API hiccups while it restarts
-    )
 
 
 @pytest.mark.usefixtures("redis_outlives_the_cluster")
@@ -535,15 +524,62 @@ def test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state(
     assert reference is not None and reference.name == REDIS_SECRET and not given.value, (
         f"the head's REDIS_PASSWORD does not refer to Secret {REDIS_SECRET}: {given}"
     )
+    _keeps_and_cleans_its_state(ray, redis_pod, head, timeouts, metrics, password)
+
+
+def _keeps_and_cleans_its_state(
+    ray: Ray,
+    redis_pod: Any,
+    head: Any,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    password: str,
+    user: str = "",
+) -> None:
+    """The head keeps state in the protected Redis under its storage namespace, and deleting the
+    cluster empties it (KubeRay's cleanup Job must authenticate as the head did)."""
     storage = _storage_namespace(head)
-    assert ray_processes.redis_keys(ray, redis_pod, storage, password) > 0, (
+    assert ray_processes.redis_keys(ray, redis_pod, storage, password, user) > 0, (
         f"no state in the protected Redis under {storage}"
     )
     started = time.monotonic()
     ray.delete("rayclusters", FT_CLUSTER)
-    with behaviour("deleting the RayCluster removes its state from the password-protected Redis"):
+    with behaviour("deleting the RayCluster removes its state from the protected Redis"):
         wait_gone(ray.list_fn("rayclusters"), what=f"RayCluster {FT_CLUSTER}", timeout=timeouts.cleanup,
                   field_selector=f"metadata.name={FT_CLUSTER}")  # fmt: skip
-        left = ray_processes.redis_keys(ray, redis_pod, storage, password)
+        left = ray_processes.redis_keys(ray, redis_pod, storage, password, user)
     metrics["cleanup_s"] = round(time.monotonic() - started, 2)
     assert left == 0, f"{left} Redis keys of {storage} are left after the cluster was deleted"
+
+
+REDIS_USER = "krc-gcs"
+
+
+@pytest.mark.usefixtures("redis_outlives_the_cluster")
+def test_gcs_ft_with_a_redis_user_keeps_and_cleans_its_state(
+    ray: Ray, cluster_values: dict[str, Any], profile: Any, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    """GCS fault tolerance on a Redis whose only way in is an ACL user (its default user off), with
+    gcsFaultToleranceOptions.redisUsername and redisPassword given as values (KubeRay puts them in
+    REDIS_USERNAME and REDIS_PASSWORD, and `--redis-username=$REDIS_USERNAME` into `ray start`).
+
+    Catches: the username not reaching Ray (the head authenticates as Redis's default user, is
+    refused, and never becomes ready), REDIS_USERNAME or REDIS_PASSWORD not set on the head as
+    given, `--redis-username` not passed to `ray start`, or the cleanup Job not authenticating as
+    that user (the deleted cluster's state left in Redis)."""
+    password = f"krc-{uuid.uuid4().hex[:12]}"
+    redis_pod = ray_processes.start_redis(ray, profile, timeouts, password=password, user=REDIS_USER)
+    values = {**cluster_values, "name": FT_CLUSTER, "redis_address": ray_processes.REDIS_ADDRESS}
+    body = render("ray/raycluster.yaml", **values, redis_username=REDIS_USER, redis_password=password)
+    ray.create("rayclusters", body)
+    ray.wait_cluster_ready(FT_CLUSTER, timeouts.ready)
+    head = ray.head_pod(FT_CLUSTER)
+    env = _env(head)
+    for name, expected in (("REDIS_USERNAME", REDIS_USER), ("REDIS_PASSWORD", password)):
+        given = env.get(name)
+        assert given is not None and given.value == expected, (
+            f"the head's {name} is not the value given: {given}"
+        )
+    start = " ".join([*(head.spec.containers[0].command or []), *(head.spec.containers[0].args or [])])
+    assert "--redis-username" in start, f"`ray start` of the head gets no --redis-username: {start[:400]}"
+    _keeps_and_cleans_its_state(ray, redis_pod, head, timeouts, metrics, password, REDIS_USER)

@@ -178,4 +178,14 @@ FAULTS = [
         run_args=SHORT_SCALE,
         evidence="scales the group up",
     ),
+    Fault(  # the same rogue, for the v1 autoscaler's task demand alone (a shorter run)
+        name="worker-groups-capped-at-one-replica-v1",
+        area="autoscaling",
+        misbehaviour="no worker group gets a second worker: with autoscaler v1, task demand for two "
+        "workers is never met",
+        rogue=worker_groups_capped_at_one_replica,
+        catches=(TASKS + "[v1]",),
+        run_args=SHORT_SCALE,
+        evidence="scales the group up",
+    ),
 ]

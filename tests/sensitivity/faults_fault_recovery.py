@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .behind_the_back import annotate_each
+from .behind_the_back import annotate_each, drop_crd_fields, probe, raycluster_spec
 from .faults import Fault
-from .rogue import Rogue
+from .rogue import Rogue, before_checks
 
 RECOVERY = "test_fault_recovery.py::"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberay-operator"
@@ -12,6 +12,11 @@ OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberay-operator"
 # the clusters of SidecarMode RayJobs, and then never recreates a lost head once provisioned.
 NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
 KILLED_PROCESS = RECOVERY + "test_head_whose_ray_process_was_killed_is_replaced_and_workers_rejoin"
+REDIS_USER_CHECK = RECOVERY + "test_gcs_ft_with_a_redis_user_keeps_and_cleans_its_state"
+REDIS_SECRET_CHECK = RECOVERY + "test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state"
+AUTOSCALING_AFTER_HEAD_LOSS = (
+    "test_autoscaling.py::test_autoscaling_keeps_working_after_a_gcs_fault_tolerant_head_is_lost"
+)
 
 
 def stop_operator_once_a_cluster_is_ready(rogue: Rogue) -> None:
@@ -69,6 +74,17 @@ def head_restart_disabled(rogue: Rogue) -> None:
     annotate_each(rogue, "rayclusters", NO_HEAD_RESTART, "true")
 
 
+@before_checks
+def stale_crd_without_redis_username(rogue: Rogue) -> None:
+    """A RayCluster CRD without gcsFaultToleranceOptions.redisUsername (hand-trimmed, or kept from a
+    release before it: Helm never upgrades CRDs): the API server drops the username, so KubeRay gives
+    the head only the password and Ray authenticates to Redis as its default user."""
+    options = {"redisAddress": "redis:6379", "redisUsername": {"value": "probe"}}
+    spec = {**raycluster_spec(), "gcsFaultToleranceOptions": options}
+    path = ["gcsFaultToleranceOptions", "redisUsername"]
+    drop_crd_fields(rogue, "rayclusters", [path], probe("RayCluster", spec))
+
+
 def _operator_paused_while_a_rayjob_runs(name: str, then: str, check: str, evidence: str) -> Fault:
     return Fault(
         name=name,
@@ -90,7 +106,7 @@ FAULTS = [
         env={"ENABLE_GCS_FT_REDIS_CLEANUP": "false"},
         catches=(
             RECOVERY + "test_gcs_ft_cluster_deletion_cleans_its_redis_state",
-            RECOVERY + "test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state",
+            REDIS_SECRET_CHECK,
         ),
         bystanders=(RECOVERY + "test_deleted_worker_is_replaced_and_rejoins_ray",),
         evidence="Redis keys",
@@ -124,6 +140,27 @@ FAULTS = [
             "KubeRay replaces the head",
             "KubeRay replaces the head",
         ),
+    ),
+    Fault(
+        name="autoscaling-head-never-recreated-once-provisioned",
+        area="autoscaling",
+        misbehaviour="the head of an autoscaling, GCS fault-tolerant RayCluster lost after provisioning is "
+        "never recreated (#1141), so nothing scales the cluster any more",
+        rogue=head_restart_disabled,
+        catches=(AUTOSCALING_AFTER_HEAD_LOSS,),
+        run_args=("--timeout", "ready=90"),
+        evidence="replaced by a Ready one",
+    ),
+    Fault(
+        name="redis-username-dropped-by-a-stale-crd",
+        area="fault-recovery",
+        misbehaviour="gcsFaultToleranceOptions.redisUsername never reaches Ray: the head authenticates to "
+        "Redis as its default user, which the Redis of the check has switched off",
+        rogue=stale_crd_without_redis_username,
+        catches=(REDIS_USER_CHECK,),
+        bystanders=(REDIS_SECRET_CHECK,),
+        run_args=("--timeout", "ready=120"),  # healthy: the cluster is ready in about 30 s here
+        evidence="becomes ready",
     ),
     # One fault per RayJob check: side by side, the first RayJob to run pauses the operator for
     # the others too, which then fail (or, the operator-killed check, err finding a Ready operator

@@ -275,6 +275,16 @@ FAULTS = [
         ),
     ),
     Fault(
+        name="headless-pending-cluster-dropped-at-once-on-rollback",
+        area="upgrade",
+        misbehaviour="a rollback that starts just after the pending RayCluster lost its head deletes that "
+        "cluster at once, not rayClusterDeletionDelaySeconds after the traffic is back",
+        rogue=pending_cluster_deleted_when_a_rollback_starts,
+        on_checkout=True,
+        catches=(ROLLBACK + "[pending-head-lost]",),
+        evidence="before rayClusterDeletionDelaySeconds",
+    ),
+    Fault(
         name="revert-before-traffic-on-1.6",
         area="upgrade",
         misbehaviour="KubeRay 1.6 (before PR #4989) takes a spec reverted before any traffic moved "
