@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from conformance.kube.manifests import render
 from conformance.kube.ray import ExecError, Ray
@@ -20,6 +21,7 @@ from conformance.kube.wait import behaviour, poll_until, wait_for
 from conformance.profiles import Profile
 from conformance.report.timelines import Recorder
 from conformance.suites.autoscaling import (
+    actors_placed,
     ask,
     autoscaling_cluster,
     ready,
@@ -133,6 +135,146 @@ def test_gpu_group_scales_from_zero_for_gpu_tasks_only(
         )  # fmt: skip
     watch.assert_evidence()
     assert gpu_before == 0, f"{gpu_before} GPU worker(s) started for a CPU-only demand"
+
+
+# Where each demand actor runs, and the GPUs Ray gives that node: {actor name: GPUs of its node}.
+ACTOR_NODE_GPUS = """
+import json, ray
+from ray.util.state import list_actors
+ray.init(address="auto", namespace="krc", logging_level="ERROR")
+gpus = {n["NodeID"]: n["Resources"].get("GPU", 0) for n in ray.nodes() if n["Alive"]}
+alive = list_actors(filters=[("state", "=", "ALIVE")])
+print(json.dumps({a.name: gpus.get(a.node_id) for a in alive if a.name.startswith("hold-")}))
+"""
+
+
+@pytest.mark.requires("gpu")
+def test_with_only_a_gpu_group_cpu_only_work_scales_it_and_runs_on_a_gpu_worker(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    """The documented surprise of a cluster whose only worker group has GPUs: CPU-only work
+    scales that group and runs on a GPU worker (Ray's autoscaler avoids GPU nodes for CPU work
+    only while another node type could take it, ray-project/ray#13776). Records
+    `cpu_actor_node_gpus`, the GPUs of the node the CPU-only actor landed on, and a timeline.
+
+    Catches: CPU-only demand left pending for ever when only GPU groups exist (no node type
+    judged fit for it), GPU workers that offer Ray no CPU, a GPU group that does not scale from 0
+    for it or keeps its idle GPU worker past idleTimeoutSeconds + slack."""
+    group = {"name": "gpu", "replicas": 0, "min_replicas": 0, "max_replicas": 1, "gpus": 1}
+    autoscaling_cluster(ray, cluster_values, "gpuonly", [group], idle_timeout_s=IDLE_S)
+    ready(ray, "gpuonly", timeouts)
+    with ScaleWatcher(ray, "gpuonly", timeline.autoscaling("a CPU-only actor, only a GPU group")) as watch:
+        asked = watch.event("a one-CPU actor asked for")
+        ask(ray, "gpuonly", 1, cpus=1, tag="cpu")
+        with behaviour("CPU-only demand scales the only worker group, a GPU one, from 0"):
+            up = until(watch, lambda s: s.pods("gpu", "Running") == 1 and s.ray_alive_workers == 1,
+                       "the GPU worker alive in Ray", timeouts.scale)  # fmt: skip
+        metrics["scale_up_s"] = round(up - asked, 2)
+        with behaviour("the CPU-only actor runs on the GPU worker"):
+            actors_placed(ray, "gpuonly", 1)
+            where = json.loads(ray.python_in_head("gpuonly", ACTOR_NODE_GPUS).strip().splitlines()[-1])
+        metrics["cpu_actor_node_gpus"] = float(where.get("hold-cpu0") or 0)
+        idle = watch.event("demand released")
+        release(ray, "gpuonly")
+        scaled_down(
+            watch, lambda s: s.pods("gpu") == 0, "the idle GPU worker goes", "the GPU group at 0",
+            idle, scale_down_window(profile, IDLE_S), metrics,
+        )  # fmt: skip
+    watch.assert_evidence()
+    assert metrics["cpu_actor_node_gpus"] >= 1, (
+        f"the CPU-only actor runs on a node with {where.get('hold-cpu0')} GPUs, not on the GPU worker"
+    )
+
+
+@pytest.mark.requires("gpu")
+def test_gpu_workers_tolerate_the_gpu_taint_and_cpu_workers_do_not(
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    timeline: Recorder,
+) -> None:
+    """Workers the autoscaler adds from 0 carry their own group's scheduling: a GPU worker pod
+    tolerates the GPU nodes' taint (`<gpu resource>:NoSchedule`, as the EKS module and the NVIDIA
+    device plugin's nodes have it) and lands on a node that has the GPUs; a CPU worker pod carries
+    no such toleration, so it never takes a tainted GPU node. Where the cluster has GPU nodes
+    apart from the others (EKS, a multi-node local cluster), the CPU worker must land off them;
+    on one node that has both, only what each pod carries is judged. Records `gpu_nodes` and
+    `cpu_pod_on_gpu_node`.
+
+    Catches: worker pods made without their group's tolerations (a GPU worker that cannot go
+    where the GPUs are), or with another group's (CPU work spread onto GPU nodes)."""
+    groups = [
+        {"name": "cpu", "replicas": 0, "min_replicas": 0, "max_replicas": 1},
+        {"name": "gpu", "replicas": 0, "min_replicas": 0, "max_replicas": 1, "gpus": 1},
+    ]
+    autoscaling_cluster(ray, cluster_values, "placed", groups, idle_timeout_s=IDLE_S)
+    ready(ray, "placed", timeouts)
+    with ScaleWatcher(ray, "placed", timeline.autoscaling("a GPU actor, then a CPU actor")) as watch:
+        # The GPU actor takes the GPU worker's one CPU too, so the CPU actor needs a worker of its own
+        # (asked together, Ray would pack both onto the GPU worker).
+        watch.event("an actor of one CPU and one GPU asked for")
+        ask(ray, "placed", 1, cpus=1, gpus=1, tag="gpu")
+        with behaviour("the GPU demand scales the GPU group from 0"):
+            until(watch, lambda s: s.pods("gpu", "Running") == 1 and s.ray_alive_workers == 1,
+                  "the GPU worker alive in Ray", timeouts.scale)  # fmt: skip
+        actors_placed(ray, "placed", 1)
+        watch.event("a one-CPU actor asked for")
+        ask(ray, "placed", 1, cpus=1, tag="cpu")
+        with behaviour("the CPU demand scales the CPU group from 0"):
+            until(watch, lambda s: s.pods("cpu", "Running") == 1 and s.ray_alive_workers == 2,
+                  "the CPU worker alive in Ray", timeouts.scale)  # fmt: skip
+    watch.assert_evidence()
+    nodes = {n.metadata.name: n for n in ray.core.list_node().items}
+    gpu_nodes = {name for name, n in nodes.items() if _gpus(n, profile.gpu.resource) > 0}
+    metrics["gpu_nodes"] = len(gpu_nodes)
+    pods = {p.metadata.labels["ray.io/group"]: p for p in ray.pods("placed", "worker")}
+    taint = profile.gpu.resource
+    with behaviour("the GPU worker pod tolerates the GPU taint and runs where the GPUs are"):
+        assert _tolerates(pods["gpu"], taint), (
+            f"the GPU worker pod has no toleration for {taint}:NoSchedule: {_tolerations(pods['gpu'])}"
+        )
+        assert pods["gpu"].spec.node_name in gpu_nodes, (
+            f"the GPU worker runs on {pods['gpu'].spec.node_name}, not on a GPU node {sorted(gpu_nodes)}"
+        )
+    on_gpu_node = pods["cpu"].spec.node_name in gpu_nodes
+    metrics["cpu_pod_on_gpu_node"] = float(on_gpu_node)
+    with behaviour("the CPU worker pod carries no GPU toleration and stays off GPU nodes that have one"):
+        assert not _tolerates(pods["cpu"], taint), (
+            f"the CPU worker pod tolerates {taint}:NoSchedule, which only GPU groups ask for: "
+            f"{_tolerations(pods['cpu'])}"
+        )
+        tainted = {name for name in gpu_nodes if _tainted(nodes[name], taint)}
+        assert pods["cpu"].spec.node_name not in tainted, (
+            f"the CPU worker runs on the tainted GPU node {pods['cpu'].spec.node_name}"
+        )
+
+
+def _gpus(node: client.V1Node, resource: str) -> int:
+    return int((node.status.allocatable or {}).get(resource, "0"))
+
+
+def _tolerations(pod: client.V1Pod) -> list[str]:
+    return [f"{t.key}:{t.operator}:{t.effect}" for t in pod.spec.tolerations or []]
+
+
+def _tolerates(pod: client.V1Pod, key: str) -> bool:
+    """Tolerates a `key`:NoSchedule taint (by that key, or by an empty key that tolerates every
+    taint), not counting the NoExecute ones every pod gets for not-ready nodes."""
+    return any(
+        (t.key == key or (not t.key and t.operator == "Exists")) and t.effect in ("NoSchedule", None)
+        for t in pod.spec.tolerations or []
+    )
+
+
+def _tainted(node: client.V1Node, key: str) -> bool:
+    return any(t.key == key and t.effect == "NoSchedule" for t in node.spec.taints or [])
 
 
 @pytest.mark.kuberay_issue(1108, 2385)

@@ -1,7 +1,9 @@
-"""Rogues that change what KubeRay runs with, behind its back: a stale CRD, a trimmed Role.
+"""Rogues that change what KubeRay runs with, behind its back: a stale CRD, a trimmed Role, a
+RayCluster patched as it appears.
 
-Both are what a real installation can end up with: Helm never upgrades CRDs (an operator then runs
-against an older schema that prunes fields it knows), and a ClusterRole or Role edited by hand.
+The first two are what a real installation can end up with: Helm never upgrades CRDs (an operator
+then runs against an older schema that prunes fields it knows), and a ClusterRole or Role edited by
+hand. The third stands for an operator or tooling that builds a group's pods otherwise than its spec.
 The healthy prepare that ends every fault (runner.restore) applies the CRDs and RBAC again.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -190,3 +193,19 @@ def json_patch(
             return False
         raise
     return True
+
+
+GroupChange = Callable[[int, dict[str, Any]], list[dict[str, Any]]]  # (index, group) -> JSON Patch ops
+
+
+def each_worker_group(rogue: Rogue, change: GroupChange, what: str) -> None:
+    """Apply `change(index, group)` (JSON Patch ops, or none) to each worker group of every
+    RayCluster of the run as it appears or changes."""
+    for cluster in rogue.ray_objects("rayclusters"):
+        meta = cluster["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        groups = (cluster.get("spec") or {}).get("workerGroupSpecs") or []
+        ops = [op for index, group in enumerate(groups) for op in change(index, group)]
+        if ops and json_patch(rogue, "rayclusters", meta, ops):
+            rogue.acted(f"{what} on {meta['namespace']}/{meta['name']}")

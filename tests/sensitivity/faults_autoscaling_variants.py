@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from .behind_the_back import drop_crd_fields, json_patch, probe, raycluster_spec
+from .behind_the_back import drop_crd_fields, each_worker_group, json_patch, probe, raycluster_spec
 from .faults import Fault
 from .rogue import Rogue, before_checks, side_by_side
 
@@ -83,19 +83,6 @@ def pods_of_added_groups_deleted(rogue: Rogue) -> None:
     side_by_side(rogue, clusters, pods)
 
 
-def _each_worker_group(rogue: Rogue, change: Any, what: str) -> None:
-    """Apply `change(index, group)` (JSON Patch ops, or none) to each worker group of every
-    RayCluster of the run as it appears or changes."""
-    for cluster in rogue.ray_objects("rayclusters"):
-        meta = cluster["metadata"]
-        if meta.get("deletionTimestamp"):
-            continue
-        groups = (cluster.get("spec") or {}).get("workerGroupSpecs") or []
-        ops = [op for index, group in enumerate(groups) for op in change(index, group)]
-        if ops and json_patch(rogue, "rayclusters", meta, ops):
-            rogue.acted(f"{what} on {meta['namespace']}/{meta['name']}")
-
-
 def num_cpus_dropped_from_worker_groups(rogue: Rogue) -> None:
     """Every worker group loses rayStartParams num-cpus as soon as its RayCluster appears (before
     any worker exists): KubeRay and the autoscaler then size Ray by the container's CPU limit
@@ -108,7 +95,7 @@ def num_cpus_dropped_from_worker_groups(rogue: Rogue) -> None:
         where = f"/spec/workerGroupSpecs/{index}/rayStartParams/num-cpus"
         return [{"op": "test", "path": where, "value": params["num-cpus"]}, {"op": "remove", "path": where}]
 
-    _each_worker_group(rogue, drop, "removed rayStartParams num-cpus from the worker groups")
+    each_worker_group(rogue, drop, "removed rayStartParams num-cpus from the worker groups")
 
 
 def worker_groups_capped_at_one_replica(rogue: Rogue) -> None:
@@ -122,7 +109,7 @@ def worker_groups_capped_at_one_replica(rogue: Rogue) -> None:
         where = f"/spec/workerGroupSpecs/{index}/maxReplicas"
         return [{"op": "test", "path": where, "value": high}, {"op": "replace", "path": where, "value": 1}]
 
-    _each_worker_group(rogue, cap, "capped the worker groups at maxReplicas 1")
+    each_worker_group(rogue, cap, "capped the worker groups at maxReplicas 1")
 
 
 FAULTS = [

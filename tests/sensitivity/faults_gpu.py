@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from .behind_the_back import drop_crd_fields, probe, raycluster_spec
+from typing import Any
+
+from .behind_the_back import drop_crd_fields, each_worker_group, probe, raycluster_spec
 from .faults import Fault
 from .rogue import Rogue, before_checks
 
 GPU = "test_gpu.py::"
+GPU_RESOURCE = "nvidia.com/gpu"  # the default profile's
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+# A scale-up that never comes waits out the `scale` timeout; healthy ones here take 20-60 s.
+SHORT_SCALE = ("--timeout", "scale=120")
 
 
 @before_checks
@@ -15,6 +21,41 @@ def stale_crd_without_group_resources(rogue: Rogue) -> None:
     GPUs a group declares there, so Ray never hears of them and a double declaration passes."""
     spec = raycluster_spec(resources={"GPU": "1"})
     drop_crd_fields(rogue, "rayclusters", [["workerGroupSpecs", "*", "resources"]], probe("RayCluster", spec))
+
+
+def _asks_gpus(group: dict[str, Any]) -> bool:
+    containers = group.get("template", {}).get("spec", {}).get("containers") or [{}]
+    return GPU_RESOURCE in (containers[0].get("resources") or {}).get("limits", {})
+
+
+def gpu_workers_offer_no_cpu(rogue: Rogue) -> None:
+    """Every worker group whose container asks for a GPU gets rayStartParams num-cpus 0 as its
+    RayCluster appears: GPU workers then offer Ray no CPU, as an operator that reserved GPU nodes
+    for GPU work by starting their raylets without CPUs would leave them."""
+
+    def no_cpu(index: int, group: dict[str, Any]) -> list[dict[str, Any]]:
+        if not _asks_gpus(group) or (group.get("rayStartParams") or {}).get("num-cpus") == "0":
+            return []
+        where = f"/spec/workerGroupSpecs/{index}/rayStartParams"
+        params = {**(group.get("rayStartParams") or {}), "num-cpus": "0"}
+        return [{"op": "add", "path": where, "value": params}]
+
+    each_worker_group(rogue, no_cpu, "set num-cpus 0 on the GPU worker groups")
+
+
+def gpu_toleration_on_the_wrong_groups(rogue: Rogue) -> None:
+    """As each RayCluster appears, its GPU groups lose their pod template's tolerations and its
+    CPU groups get the GPU one: an operator that builds each group's pods with another group's
+    scheduling fields."""
+
+    def swap(index: int, group: dict[str, Any]) -> list[dict[str, Any]]:
+        spec = group.get("template", {}).get("spec", {})
+        where = f"/spec/workerGroupSpecs/{index}/template/spec/tolerations"
+        if _asks_gpus(group):
+            return [{"op": "remove", "path": where}] if spec.get("tolerations") else []
+        return [] if spec.get("tolerations") else [{"op": "add", "path": where, "value": [GPU_TOLERATION]}]
+
+    each_worker_group(rogue, swap, "moved the GPU toleration from the GPU groups to the CPU groups")
 
 
 FAULTS = [
@@ -42,5 +83,26 @@ FAULTS = [
             "test_autoscaling.py::test_a_group_with_a_custom_resource_scales_only_for_demand_asking_it",
         ),
         evidence=("resources", "resources", "custom resource"),
+    ),
+    Fault(
+        name="gpu-workers-offer-no-cpu",
+        area="gpu",
+        misbehaviour="GPU workers start their raylets with no CPU: with only a GPU group, CPU-only work "
+        "finds no node and stays pending",
+        rogue=gpu_workers_offer_no_cpu,
+        catches=(GPU + "test_with_only_a_gpu_group_cpu_only_work_scales_it_and_runs_on_a_gpu_worker",),
+        bystanders=(GPU + "test_gpu_count_precedence_in_rays_view",),  # GPU counts stay as declared
+        run_args=SHORT_SCALE,
+        evidence="the GPU worker alive in Ray",
+    ),
+    Fault(
+        name="gpu-toleration-on-the-wrong-groups",
+        area="gpu",
+        misbehaviour="worker pods get another group's tolerations: GPU workers cannot go to tainted GPU "
+        "nodes, CPU workers can",
+        rogue=gpu_toleration_on_the_wrong_groups,
+        catches=(GPU + "test_gpu_workers_tolerate_the_gpu_taint_and_cpu_workers_do_not",),
+        bystanders=(GPU + "test_gpu_group_scales_from_zero_for_gpu_tasks_only",),  # one untainted node
+        evidence="has no toleration for",
     ),
 ]
