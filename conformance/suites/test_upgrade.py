@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
@@ -675,7 +676,8 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
 
     Catches: a revert that sets no RollbackInProgress, keeps moving traffic to the pending cluster,
     never gives all traffic back (or not while the pending cluster is down), leaves the pending
-    cluster behind or deletes the original; a cancelled rollback that builds another cluster; a
+    cluster behind, deletes it before the rollback completes (at once, even if KubeRay then makes
+    it anew) or deletes the original; a cancelled rollback that builds another cluster; a
     third spec promoted onto the stale pending cluster; the old cluster answering a new config;
     failed requests over the budget (outside the pending-head-lost case, where they are measured)."""
     values = _incremental_values(base, profile, *case.plan)
@@ -686,8 +688,8 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
         marks.append((serving.respec(ray, _spec(values, "B"), serve_config=True), "spec B"))
         moving = _wait_pending_at(ray, *case.at, timeouts.upgrade)
         pending = rs.pending_cluster(moving)
-        # Only a cancelled rollback needs it; before any traffic, the RayCluster may not exist yet.
-        pending_uid = ray.get("rayclusters", pending)["metadata"]["uid"] if case.then == "B" else ""
+        # Before any traffic moved, the RayCluster may not exist yet.
+        pending_uid = ray.get("rayclusters", pending)["metadata"]["uid"] if case.at != (0, 0) else ""
         if case.crash_pending:
             marks.append((_lose_pending_head(ray, pending, metrics), f"{pending}'s head deleted"))
         active_before = _active_percent(moving)
@@ -701,6 +703,7 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
             )
         final = _wait_converged(ray, old, case, timeouts.upgrade)
         converged = time.time()
+        pending_uid_at_convergence = _uid_or_gone(ray, pending) if not case.then and pending_uid else ""
         active = rs.active_cluster(final)
         # The cluster that lost last: the original one once B or C is promoted, else the pending one.
         gone = old if case.then else pending
@@ -713,6 +716,8 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
     gen.check()  # a generator that did not keep its rate measured nothing
     serving.assert_sampled(sampler, metrics)
     _assert_final_cluster(ray, case, active, old, pending, pending_uid)
+    if pending_uid_at_convergence:
+        _assert_pending_kept(pending, pending_uid, pending_uid_at_convergence)
     if case.then != "B":  # A->B->A and A->B->A->C: the pending cluster never gains after the revert
         back = traffic.percent_series([s for s in sampler.samples if s.at >= reverted], pending)
         assert all(b[1] <= a[1] for a, b in itertools.pairwise(back)), (
@@ -730,6 +735,29 @@ def test_reverting_the_spec_mid_upgrade_rolls_back(
         assert not after, f"{len(after)} failed requests after the rollback completed"
     else:
         _assert_within_budget(records, profile, metrics)
+
+
+def _uid_or_gone(ray: Ray, cluster: str) -> str:
+    try:
+        return ray.get("rayclusters", cluster)["metadata"]["uid"]
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return "gone"
+
+
+def _assert_pending_kept(pending: str, uid_at_revert: str, uid_at_convergence: str) -> None:
+    """The pending cluster rolled back from is the same object until the rollback completes: its
+    deletion comes rayClusterDeletionDelaySeconds after that, never at the start of the rollback
+    (KubeRay's RayService then makes one anew under the same name, which the later deletion hides)."""
+    assert uid_at_convergence != "gone", (
+        f"the pending cluster {pending} was gone when the rollback completed, "
+        f"before rayClusterDeletionDelaySeconds={DELETION_DELAY_S}"
+    )
+    assert uid_at_convergence == uid_at_revert, (
+        f"the pending cluster {pending} was deleted during the rollback and made anew (uid {uid_at_revert} "
+        f"then {uid_at_convergence}), before rayClusterDeletionDelaySeconds={DELETION_DELAY_S}"
+    )
 
 
 def _assert_answers(records: list[Any], case: Rollback, old: str, active: str, converged: float) -> None:
