@@ -36,12 +36,15 @@ class Capabilities:
     gateway_classes: tuple[str, ...] = ()
     # StorageClasses annotated as the default: a claim that names no class is provisioned by one.
     default_storage_classes: tuple[str, ...] = ()
+    # Worker nodes the provider can stop, cut off and bring back (providers.base.NodeFaults).
+    fault_nodes: tuple[str, ...] = ()
 
     def missing(self, need: str, gateway_class: str = "") -> str:
         """Why the precondition `need` is absent, or "" when it holds.
 
-        `need` is one of: gpu, real_gpu, gateway_api, gate:<Name>, kuberay>=<version>,
-        kuberay<<version>, kubernetes>=<version>, kubernetes<<version>. The `<` form is for
+        `need` is one of: gpu, real_gpu, gateway_api, default_storage_class, node_faults,
+        gate:<Name>, kuberay>=<version>, kuberay<<version>, kubernetes>=<version>,
+        kubernetes<<version>. The `<` form is for
         behaviour a later release changed (the check of the later one says >= the same version).
         """
         plain = {
@@ -49,6 +52,10 @@ class Capabilities:
             "default_storage_class": ""
             if self.default_storage_classes
             else "the cluster has no default StorageClass to provision a claim that names none",
+            "node_faults": ""
+            if self.fault_nodes
+            else "the provider cannot take a worker node away and back (the local provider with "
+            "worker nodes can: KRC_LOCAL_NODES)",
         }
         if need in plain:
             return plain[need]
@@ -85,6 +92,7 @@ def detect(
     feature_gates: dict[str, bool],
     simulated_gpus: bool,
     gpu_resource: str = "nvidia.com/gpu",
+    fault_nodes: tuple[str, ...] = (),
 ) -> Capabilities:
     kubernetes_version = client.VersionApi(api).get_code().git_version
     nodes = client.CoreV1Api(api).list_node().items
@@ -120,4 +128,5 @@ def detect(
         gateway_api=gateway_api,
         gateway_classes=classes,
         default_storage_classes=default_classes,
+        fault_nodes=fault_nodes,
     )

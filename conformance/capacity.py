@@ -108,6 +108,20 @@ def room_on_this_machine() -> Room:
     return Room(cores, total_kib * 1024, cores, "this machine (the local cluster is not up yet)")
 
 
+def within_this_machine(room: Room) -> Room:
+    """A local cluster's nodes all report this machine's cores and memory: several of them hold
+    no more than the machine does."""
+    machine = room_on_this_machine()
+    if room.cores <= machine.cores and room.memory <= machine.memory:
+        return room
+    return Room(
+        min(room.cpu, machine.cpu),
+        min(room.memory, machine.memory),
+        min(room.cores, machine.cores),
+        f"{room.source}, within this machine (its nodes share it)",
+    )
+
+
 def _takes_ray_pods(node: client.V1Node) -> bool:
     ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
     blocked = any(t.effect in ("NoSchedule", "NoExecute") for t in (node.spec.taints or []))

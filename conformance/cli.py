@@ -189,6 +189,8 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
         return int(requested)
     if api is not None:
         room = capacity.room_in_cluster(api)  # type: ignore[arg-type]
+        if environment.options.provider == "local":
+            room = capacity.within_this_machine(room)
     elif environment.options.provider == "local":
         room = capacity.room_on_this_machine()
     else:

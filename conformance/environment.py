@@ -20,7 +20,7 @@ from conformance.errors import HarnessError, ProvisioningError, UsageError
 from conformance.kube.target import api_client
 from conformance.profiles import Profile
 from conformance.providers import get_provider
-from conformance.providers.base import Cluster, Provider
+from conformance.providers.base import Cluster, NodeFaults, Provider
 from conformance.timeouts import Timeouts
 
 
@@ -171,7 +171,12 @@ class Environment:
             feature_gates=dict(getattr(facts, "effective_feature_gates", {})),
             simulated_gpus=bool(self.cluster.facts.get("simulated_gpus")),
             gpu_resource=self.options.profile.gpu.resource,
+            fault_nodes=self._fault_nodes(),
         )
+
+    def _fault_nodes(self) -> tuple[str, ...]:
+        """The worker nodes node-fault checks may take away: only a provider that can (NodeFaults)."""
+        return tuple(self.provider.worker_nodes()) if isinstance(self.provider, NodeFaults) else ()
 
     def reachable_api(self) -> client.ApiClient | None:
         """A client for the cluster if it exists and answers, found without changing anything."""

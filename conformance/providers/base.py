@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from conformance.kube.target import KubeTarget
 
@@ -65,4 +65,26 @@ class Provider(Protocol):
 
     def env(self) -> dict[str, str]:
         """The exports a shell needs to use the cluster (KUBECONFIG, PATH)."""
+        ...
+
+
+@runtime_checkable
+class NodeFaults(Protocol):
+    """What a provider offers that can take a worker node away and give it back (the local one);
+    the node-fault checks are not applicable on the others."""
+
+    def worker_nodes(self) -> list[str]:
+        """Names of the nodes a fault may take: never the one the API server runs on."""
+        ...
+
+    def stop_node(self, name: str) -> None:
+        """As if the machine were lost: its kubelet, container runtime and every pod process stopped."""
+        ...
+
+    def start_node(self, name: str) -> None:
+        """Start a stopped node's programs again; it rejoins the cluster."""
+        ...
+
+    def isolate_node(self, name: str, cut: bool) -> None:
+        """Cut the node off the network (`cut`), its processes left running, or join it again."""
         ...

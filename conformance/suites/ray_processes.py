@@ -56,13 +56,19 @@ PROCESS_STATES = (
 )
 
 
-def start_redis(ray: Ray, profile: Any, timeouts: Timeouts, password: str = "", user: str = "") -> Any:
+def start_redis(
+    ray: Ray, profile: Any, timeouts: Timeouts, password: str = "", user: str = "", node: str = ""
+) -> Any:
     """Redis in the check's namespace, Ready (the environment: an error if it never starts). With
-    `user`, only that ACL user (and `password`) gets in; with `password` alone, the default user."""
+    `user`, only that ACL user (and `password`) gets in; with `password` alone, the default user.
+    With `node`, it runs there (a node-fault check keeps it off the node it takes away)."""
     from kubernetes import utils  # noqa: PLC0415 - only these checks apply multi-object add-ons
 
     for obj in render_all("addons/redis.yaml", name=REDIS, image=profile.redis_image,
                           pull_policy=profile.pull_policy, password=password, user=user):  # fmt: skip
+        if node and obj["kind"] in ("Deployment", "StatefulSet", "Pod"):
+            pod_spec = obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
+            pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         utils.create_from_dict(ray.api, obj, namespace=ray.namespace)
     return wait_for(
         ray.core.list_namespaced_pod,

@@ -21,50 +21,12 @@ from conformance.install import kuberay
 from conformance.kube.manifests import render
 from conformance.kube.pods import is_serving
 from conformance.kube.ray import Ray
-from conformance.kube.wait import WaitTimeout, behaviour, poll_until, wait_for, wait_gone
+from conformance.kube.wait import behaviour, poll_until, wait_for, wait_gone
 from conformance.suites import ray_processes, rayjobs
+from conformance.suites.ray_membership import COUNTER_ACTOR, ray_workers, until_workers_alive
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("fault-recovery")
-
-# Ray's own view of its worker nodes (not the head): one "node <id> <ip> <alive>" line each.
-RAY_NODES = """
-import ray
-ray.init(address="auto", logging_level="ERROR")
-for n in ray.nodes():
-    if "node:__internal_head__" not in n["Resources"]:
-        print("node", n["NodeID"], n["NodeManagerAddress"], n["Alive"])
-"""
-
-
-def _ray_workers(ray: Ray, cluster: str) -> dict[str, tuple[str, bool]]:
-    """Node id -> (IP, alive) of every worker node the head's GCS knows."""
-    out = ray.python_in_head(cluster, RAY_NODES)
-    rows = [line.split()[1:] for line in out.splitlines() if line.startswith("node ")]
-    return {node: (ip, alive == "True") for node, ip, alive in rows}
-
-
-def _until_workers_alive(ray: Ray, cluster: str, timeout: float) -> dict[str, str]:
-    """Ray's own view: until every worker pod of `cluster` is an alive Ray node (matched by pod IP)
-    and no other worker node is alive. Returns pod name -> its Ray node id. Asking fails while the
-    head is still starting, which is "not yet" too."""
-    state = {"seen": "nothing yet"}
-
-    def joined() -> dict[str, str] | None:
-        pods = {p.status.pod_ip: p.metadata.name for p in ray.pods(cluster, "worker") if is_serving(p)}
-        alive = {ip: node for node, (ip, up) in _ray_workers(ray, cluster).items() if up}
-        state["seen"] = f"worker pods {sorted(pods)}, alive Ray workers {sorted(alive)}"
-        if pods and set(alive) == set(pods):
-            return {pods[ip]: node for ip, node in alive.items()}
-        return None
-
-    try:
-        return poll_until(joined, what=f"the workers of {cluster} alive in Ray", timeout=timeout,
-                          retry_on=(Exception,))  # fmt: skip
-    except WaitTimeout as exc:
-        raise AssertionError(
-            f"the worker pods of {cluster} are not Ray's alive workers: {state['seen']}"
-        ) from exc
 
 
 def _ready_cluster(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts) -> str:
@@ -72,7 +34,7 @@ def _ready_cluster(ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts)
     values = {**cluster_values, "name": "fr", "workers": [{"name": "small", "replicas": 1}]}
     ray.create("rayclusters", render("ray/raycluster.yaml", **values))
     ray.wait_cluster_ready("fr", timeouts.ready)
-    _until_workers_alive(ray, "fr", timeouts.ready)
+    until_workers_alive(ray, "fr", timeouts.ready)
     return "fr"
 
 
@@ -88,14 +50,14 @@ def test_deleted_worker_is_replaced_and_rejoins_ray(
     alive Ray worker must be the new pod, by IP, and the lost node must be dead)."""
     cluster = _ready_cluster(ray, cluster_values, timeouts)
     (old,) = ray.pods(cluster, "worker")
-    old_node = _until_workers_alive(ray, cluster, timeouts.ready)[old.metadata.name]
+    old_node = until_workers_alive(ray, cluster, timeouts.ready)[old.metadata.name]
     started = time.monotonic()
     new = _delete_and_wait_replaced(ray, cluster, old, "worker", timeouts)
-    joined = _until_workers_alive(ray, cluster, timeouts.ready)
+    joined = until_workers_alive(ray, cluster, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
     assert list(joined) == [new.metadata.name], f"alive Ray workers {joined}, new pod {new.metadata.name}"
     assert joined[new.metadata.name] != old_node, "the new pod reports the lost pod's Ray node id"
-    assert not _ray_workers(ray, cluster).get(old_node, ("", False))[1], f"lost node {old_node} still alive"
+    assert not ray_workers(ray, cluster).get(old_node, ("", False))[1], f"lost node {old_node} still alive"
 
 
 @pytest.mark.kuberay_issue(1141)
@@ -109,7 +71,7 @@ def test_deleted_head_is_replaced_and_workers_rejoin(
     started = time.monotonic()
     new = _delete_and_wait_replaced(ray, cluster, old, "head", timeouts)
     ray.wait_cluster_ready(cluster, timeouts.ready)
-    joined = _until_workers_alive(ray, cluster, timeouts.ready)
+    joined = until_workers_alive(ray, cluster, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
     assert ray.head_pod(cluster).metadata.uid == new.metadata.uid != old.metadata.uid
     assert joined, "no worker is alive in the new head's view"
@@ -151,7 +113,7 @@ def test_running_job_with_task_retries_completes_despite_a_lost_worker(
             what="RayJob resilient to run", timeout=timeouts.ready,
         )  # fmt: skip
     cluster = running["status"]["rayClusterName"]
-    _until_workers_alive(ray, cluster, timeouts.ready)
+    until_workers_alive(ray, cluster, timeouts.ready)
     (worker,) = ray.pods(cluster, "worker")
     poll_until(
         lambda: True if rayjobs.RETRIED_TASK_NAME in _processes(ray, worker) else None,
@@ -271,7 +233,7 @@ def test_head_whose_ray_process_was_killed_is_replaced_and_workers_rejoin(
             label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head",
         )
     ray.wait_cluster_ready(cluster, timeouts.ready)
-    _until_workers_alive(ray, cluster, timeouts.ready)
+    until_workers_alive(ray, cluster, timeouts.ready)
     metrics["recovery_s"] = round(time.monotonic() - started, 2)
 
 
@@ -286,15 +248,7 @@ SEED_STATE = f"""
 import ray
 from ray import serve
 ray.init(address="auto", namespace="{FT_NAMESPACE}", logging_level="ERROR")
-
-@ray.remote(num_cpus=0.1, lifetime="detached", name="counter")
-class Counter:
-    def __init__(self):
-        self.value = 0
-    def incr(self):
-        self.value += 1
-        return self.value
-
+{COUNTER_ACTOR}
 counter = Counter.remote()
 print("counter", ray.get(counter.incr.remote()))
 print("actor-id", counter._actor_id.hex())
@@ -390,7 +344,7 @@ def _ft_cluster(
         head.setdefault("env", []).append({"name": "RAY_REDIS_ADDRESS", "value": ray_processes.REDIS_ADDRESS})
     ray.create("rayclusters", body)
     ray.wait_cluster_ready(FT_CLUSTER, timeouts.ready)
-    _until_workers_alive(ray, FT_CLUSTER, timeouts.ready)
+    until_workers_alive(ray, FT_CLUSTER, timeouts.ready)
     return FT_CLUSTER, redis_pod
 
 

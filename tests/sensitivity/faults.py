@@ -79,6 +79,8 @@ class Fault:
     # local provider's word that its GPUs are simulated is not there, and GPU nodes that hand no
     # device to a container are taken at their word.
     attached: bool = False
+    # Needs a local cluster with worker nodes (KRC_LOCAL_NODES): its checks take a node away.
+    worker_nodes: bool = False
     run_args: tuple[str, ...] = ()  # more CLI arguments, e.g. ("--timeout", "ready=90")
     expect: str = "failed"  # or "not_applicable": a seeded missing precondition
     # A phrase each catching check's reason must hold (one for all, or one per check in `catches`).

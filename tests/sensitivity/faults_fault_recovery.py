@@ -7,6 +7,7 @@ from .faults import Fault
 from .rogue import Rogue, before_checks
 
 RECOVERY = "test_fault_recovery.py::"
+NODES = "test_node_faults.py::"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberay-operator"
 # KubeRay's own annotation (utils.DisableProvisionedHeadRestartAnnotationKey, v1.6+): it puts it on
 # the clusters of SidecarMode RayJobs, and then never recreates a lost head once provisioned.
@@ -117,6 +118,41 @@ FAULTS = [
         misbehaviour="the operator stops reconciling once the cluster is up: a lost worker is never replaced",
         rogue=stop_operator_once_a_cluster_is_ready,
         catches=(RECOVERY + "test_deleted_worker_is_replaced_and_rejoins_ray",),
+        run_args=("--timeout", "ready=120"),
+        evidence="replaced by a Ready one",
+    ),
+    # One check each: the rogue stops the operator for the rest of the run, so a second check
+    # could not even make its cluster.
+    Fault(
+        name="operator-stops-before-a-node-is-lost",
+        area="fault-recovery",
+        misbehaviour="the operator stops reconciling once the cluster is up: the worker of a lost node "
+        "is never replaced",
+        rogue=stop_operator_once_a_cluster_is_ready,
+        worker_nodes=True,
+        catches=(NODES + "test_a_lost_worker_node_s_ray_worker_is_replaced_elsewhere_once_the_node_is_gone",),
+        run_args=("--timeout", "ready=120"),
+        evidence="replaced by a Ready one",
+    ),
+    Fault(
+        name="operator-stops-before-a-node-is-cut-off",
+        area="fault-recovery",
+        misbehaviour="the operator stops reconciling once the cluster is up: the worker of a node cut off "
+        "from the network is never replaced",
+        rogue=stop_operator_once_a_cluster_is_ready,
+        worker_nodes=True,
+        catches=(NODES + "test_a_worker_node_cut_off_is_dead_to_ray_and_replaced_once_it_is_back",),
+        run_args=("--timeout", "ready=120"),
+        evidence="replaced by a Ready one",
+    ),
+    Fault(
+        name="head-never-recreated-after-its-node-is-lost",
+        area="fault-recovery",
+        misbehaviour="a head lost with its node is never recreated (#1141), with or without GCS fault "
+        "tolerance",
+        rogue=head_restart_disabled,
+        worker_nodes=True,
+        catches=(NODES + "test_the_head_s_node_lost_gives_the_cluster_a_new_head_elsewhere",),
         run_args=("--timeout", "ready=120"),
         evidence="replaced by a Ready one",
     ),

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import checkouts
 import pytest
+
+from conformance.providers.local.nodes import NODES_ENV
 
 from . import runner
 from .faults import Fault, all_faults
@@ -28,6 +31,8 @@ GREEN = ("passed", "not_applicable")
 def test_seeded_fault_is_caught_by_its_check_and_no_other(fault: Fault, tmp_path: Path) -> None:
     if fault.on_checkout and checkouts.named_checkout() is None:
         pytest.skip(checkouts.NO_CHECKOUT)
+    if fault.worker_nodes and not os.environ.get(NODES_ENV):
+        pytest.skip(f"needs a local cluster with worker nodes: set {NODES_ENV}, e.g. cpu=1,gpu=1")
     observed = runner.run(fault, tmp_path)
     tests = observed.summary["tests"]
     context = f"exit {observed.exit_code}; outcomes {_outcomes(tests)}\n{observed.output}"

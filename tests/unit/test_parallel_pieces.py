@@ -62,6 +62,17 @@ def test_room_on_this_machine_is_read_from_proc() -> None:
     assert room.cpu >= 1 and room.memory > GIB and room.cores == room.cpu
 
 
+def test_local_nodes_sharing_this_machine_count_its_cores_once() -> None:
+    machine = capacity.room_on_this_machine()
+    # Three local nodes each report the machine's cores and memory.
+    three = capacity.Room(machine.cpu * 3, machine.memory * 3, machine.cores * 3, "nodes")
+    shared = capacity.within_this_machine(three)
+    assert (shared.cpu, shared.memory, shared.cores) == (machine.cpu, machine.memory, machine.cores)
+    assert "within this machine" in shared.source
+    busy = capacity.Room(Decimal("0.5"), GIB, machine.cores, "one node")
+    assert capacity.within_this_machine(busy) == busy  # one node: its own figures stand
+
+
 def _hold(folder: str, name: str, exclusive: bool, log: str, seconds: float) -> None:
     with ClusterTurn(Path(folder)).hold(exclusive):
         start = time.monotonic()

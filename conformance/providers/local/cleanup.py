@@ -41,21 +41,27 @@ def unified_pod_root(cgroup_root: Path | None = None) -> UnifiedCgroup | None:
     return UnifiedCgroup(root / POD_CGROUP_ROOT) if root else None
 
 
-def ensure_pod_cgroup_root(cgroup_root: Path | None = None) -> None:
-    """kubelet's cgroupRoot must exist in every hierarchy before it starts."""
+def ensure_pod_cgroup_root(cgroup_root: Path | None = None, node: str = "") -> None:
+    """kubelet's cgroupRoot must exist in every hierarchy before it starts. A worker node's kubelet
+    gets one of its own (`node`) below ours: two kubelets on one root would each remove the other's
+    pod cgroups as orphans."""
+    levels = [POD_CGROUP_ROOT, *([f"{POD_CGROUP_ROOT}/{node}"] if node else [])]
     pods = unified_pod_root(cgroup_root)
     if pods:
-        pods.create()
-        # kubelet refuses a cgroupRoot whose children lack a controller it uses (kubepods is one).
-        pods.enable_for_children(KUBELET_CONTROLLERS)
+        for level in levels:
+            cgroup = UnifiedCgroup(pods.path.parent / level)
+            cgroup.create()
+            # kubelet refuses a cgroupRoot whose children lack a controller it uses (kubepods is one).
+            cgroup.enable_for_children(KUBELET_CONTROLLERS)
         return
     for hierarchy in v1_hierarchies():
-        root = hierarchy / POD_CGROUP_ROOT
-        root.mkdir(exist_ok=True)
-        # A new cpuset cgroup starts with no CPUs and no memory nodes; give it its parent's.
-        for name in ("cpuset.cpus", "cpuset.mems"):
-            if (hierarchy / name).exists() and not (root / name).read_text().strip():
-                (root / name).write_text((hierarchy / name).read_text())
+        for level in levels:
+            root = hierarchy / level
+            root.mkdir(exist_ok=True)
+            # A new cpuset cgroup starts with no CPUs and no memory nodes; give it its parent's.
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if (root.parent / name).exists() and not (root / name).read_text().strip():
+                    (root / name).write_text((root.parent / name).read_text())
 
 
 def _pod_cgroup_dirs() -> list[Path]:
@@ -65,6 +71,19 @@ def _pod_cgroup_dirs() -> list[Path]:
         if root.exists():
             dirs += [Path(d) for d, _, _ in os.walk(root)]
     return dirs
+
+
+def kill_node_pod_processes(node: str, grace: float = 5.0) -> list[str]:
+    """Stop every container process of one worker node: those in its kubelet's cgroup root."""
+
+    def listed() -> list[int]:
+        pods = unified_pod_root()
+        if pods is not None:
+            return UnifiedCgroup(pods.path / node).pids()
+        dirs = [Path(d) for h in v1_hierarchies() for d, _, _ in os.walk(h / POD_CGROUP_ROOT / node)]
+        return _pids_in(dirs)
+
+    return _signal_until_gone(listed, grace)
 
 
 def kill_pod_processes(grace: float = 5.0, cgroup_root: Path | None = None) -> list[str]:

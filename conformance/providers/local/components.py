@@ -20,6 +20,7 @@ from .cgroup_layout import CgroupMode
 from .cleanup import POD_CGROUP_ROOT
 from .images import PAUSE_VERSION, image_ref
 from .layout import Network, StateLayout
+from .nodes import WorkerNode
 
 NODE_NAME = "krc-node"
 CLUSTER_DOMAIN = "cluster.local"
@@ -36,6 +37,7 @@ class Component:
     health_url: str = ""
     health_socket: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    netns: str = ""  # the network namespace it runs in; empty: the control-plane node's
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,8 @@ state = "{state.containerd_state}"
 """
 
 
-def cni_config(state: StateLayout, net: Network) -> str:
+def cni_config(state: StateLayout, net: Network, subnet: str = "") -> str:
+    """The bridge plugin on the node's own /24 (`subnet`; the control-plane node's by default)."""
     bridge = {
         "type": "bridge",
         "bridge": net.bridge,
@@ -191,7 +194,7 @@ def cni_config(state: StateLayout, net: Network) -> str:
         "hairpinMode": True,
         "ipam": {
             "type": "host-local",
-            "ranges": [[{"subnet": net.node_pod_cidr}]],
+            "ranges": [[{"subnet": subnet or net.node_pod_cidr}]],
             "routes": [{"dst": "0.0.0.0/0"}],
             "dataDir": str(state.cni_state),
         },
@@ -340,7 +343,81 @@ def write_configs(state: StateLayout, net: Network, cgroups: CgroupMode) -> None
     _write_if_changed(state.config / "resolv.conf", f"nameserver {net.dns_service_ip}\n")
 
 
-def all_components(state: StateLayout, net: Network, bins: Binaries) -> list[Component]:
+def worker_kubelet_config(state: StateLayout, net: Network, cgroups: CgroupMode, node: WorkerNode) -> dict:
+    """The control-plane node's kubelet settings, with the worker node's own runtime, addresses,
+    cgroup root, pod log directory (two kubelets sharing one would collect each other's logs as
+    orphans) and taints."""
+    own = node.state(state)
+    return {
+        **kubelet_config(state, net, cgroups),
+        "cgroupRoot": f"/{POD_CGROUP_ROOT}/{node.name}",
+        "containerRuntimeEndpoint": f"unix://{own.containerd_socket}",
+        "tlsCertFile": _pki(state, f"kubelet-serving-{node.name}.crt"),
+        "tlsPrivateKeyFile": _pki(state, f"kubelet-serving-{node.name}.key"),
+        "healthzBindAddress": node.ip(net),
+        "podLogsDir": str(own.root / "pod-logs"),
+        "registerWithTaints": node.taints(),
+    }
+
+
+def worker_components(state: StateLayout, net: Network, bins: Binaries, node: WorkerNode) -> list[Component]:
+    """The worker node's containerd, kubelet and kube-proxy, in start order, in its namespace."""
+    own = node.state(state)
+    labels = {"kuberay-conformance.io/local-node": "true", **node.labels()}
+    kubelet_argv = [
+        str(bins.kubernetes / "kubelet"),
+        f"--config={own.config / 'kubelet.yaml'}",
+        f"--kubeconfig={state.kubeconfig_for(f'kubelet-{node.name}')}",
+        f"--root-dir={own.kubelet_root}",
+        f"--node-ip={node.ip(net)}",
+        f"--hostname-override={node.name}",
+        "--oom-score-adj=0",
+        f"--node-labels={','.join(f'{k}={v}' for k, v in labels.items())}",
+        "--v=1",
+    ]
+    base = containerd(own, bins)
+    return [
+        Component(
+            node.component("containerd"),
+            base.argv,
+            health_socket=base.health_socket,
+            env=base.env,
+            netns=node.netns,
+        ),
+        Component(
+            node.component("kubelet"),
+            kubelet_argv,
+            health_url=f"http://{node.ip(net)}:10248/healthz",
+            netns=node.netns,
+        ),
+        Component(
+            node.component("kube-proxy"),
+            [str(bins.kubernetes / "kube-proxy"), f"--config={own.config / 'kube-proxy.yaml'}", "--v=1"],
+            health_url=f"http://{node.ip(net)}:10256/healthz",
+            netns=node.netns,
+        ),
+    ]
+
+
+def write_worker_configs(state: StateLayout, net: Network, cgroups: CgroupMode, node: WorkerNode) -> None:
+    own = node.state(state)
+    own.config.mkdir(parents=True, exist_ok=True)
+    own.cni_conf.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(own.config / "containerd.toml", containerd_config(own))
+    _write_if_changed(own.cni_conf / "10-krc.conflist", cni_config(own, net, node.pod_cidr(net)))
+    kubelet_yaml = yaml.safe_dump(worker_kubelet_config(state, net, cgroups, node))
+    _write_if_changed(own.config / "kubelet.yaml", kubelet_yaml)
+    proxy = {
+        **kube_proxy_config(state, net),
+        "hostnameOverride": node.name,
+        "healthzBindAddress": f"{node.ip(net)}:10256",
+    }
+    _write_if_changed(own.config / "kube-proxy.yaml", yaml.safe_dump(proxy))
+
+
+def all_components(
+    state: StateLayout, net: Network, bins: Binaries, workers: tuple[WorkerNode, ...] = ()
+) -> list[Component]:
     """In start order; `down` stops them in reverse."""
     return [
         etcd(state, net, bins),
@@ -351,4 +428,5 @@ def all_components(state: StateLayout, net: Network, bins: Binaries) -> list[Com
         kubelet(state, net, bins),
         kube_proxy(state, net, bins),
         coredns(state, net, bins),
+        *(c for node in workers for c in worker_components(state, net, bins, node)),
     ]

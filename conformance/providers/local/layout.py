@@ -54,6 +54,9 @@ class Network:
     pod_cidr: str = "10.214.0.0/16"
     service_cidr: str = "10.215.0.0/16"
     bridge: str = "krc0"
+    # Worker nodes (nodes.py) join the control-plane node's namespace on this bridge and range.
+    fabric_cidr: str = "10.216.0.0/24"
+    fabric_bridge: str = "krcfab0"
 
     @property
     def host_ip(self) -> str:
@@ -69,8 +72,17 @@ class Network:
 
     @property
     def node_pod_cidr(self) -> str:
-        # One node: it gets the first /24 of the pod range.
+        # The control-plane node gets the first /24 of the pod range; worker nodes the next ones.
         return str(next(ipaddress.ip_network(self.pod_cidr).subnets(new_prefix=24)))
+
+    @property
+    def fabric_gateway(self) -> str:
+        """The control-plane node's address on the fabric: the worker nodes' way to everything."""
+        return str(ipaddress.ip_network(self.fabric_cidr)[1])
+
+    @property
+    def fabric_prefix_len(self) -> int:
+        return ipaddress.ip_network(self.fabric_cidr).prefixlen
 
     @property
     def kubernetes_service_ip(self) -> str:
@@ -81,7 +93,7 @@ class Network:
         return str(ipaddress.ip_network(self.service_cidr)[10])
 
     def host_routes(self) -> list[str]:
-        return [self.pod_cidr, self.service_cidr]
+        return [self.pod_cidr, self.service_cidr, self.fabric_cidr]
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,11 @@ class StateLayout:
     def journal(self) -> Path:
         """Host changes made by `up`, undone in reverse order by `down`."""
         return self.root / "host-changes.json"
+
+    @property
+    def topology(self) -> Path:
+        """The worker node groups the cluster was made with (nodes.py), e.g. `cpu=1,gpu=1`."""
+        return self.root / "worker-nodes"
 
     @property
     def admin_kubeconfig(self) -> Path:

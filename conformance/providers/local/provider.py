@@ -1,8 +1,9 @@
-"""The local provider: a real one-node Kubernetes cluster made of host processes.
+"""The local provider: a real Kubernetes cluster made of host processes.
 
-`up` builds what is missing, creates the node's network namespace, issues certificates,
-starts each program in order and waits for it to be healthy, then waits for the node to
-be Ready. A second `up` keeps healthy programs and restarts dead ones. `down` stops
+One node by default; worker nodes by group (nodes.py, `KRC_LOCAL_NODES=cpu=1,gpu=1`), each in a
+network namespace of its own. `up` builds what is missing, creates the nodes' network namespaces,
+issues certificates, starts each program in order and waits for it to be healthy, then waits for
+every node to be Ready. A second `up` keeps healthy programs and restarts dead ones. `down` stops
 every process by its recorded PID, unmounts what the node mounted, and undoes the host
 changes in its journal.
 """
@@ -34,9 +35,15 @@ from conformance.kube.wait import wait_for
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
-from . import components, gobuild, images, network, pins, preflight
+from . import components, gobuild, images, network, nodes, pins, preflight
 from .cgroup_layout import host_layout
-from .cleanup import ensure_pod_cgroup_root, kill_pod_processes, remove_kubelet_cgroups, unmount_below
+from .cleanup import (
+    ensure_pod_cgroup_root,
+    kill_node_pod_processes,
+    kill_pod_processes,
+    remove_kubelet_cgroups,
+    unmount_below,
+)
 from .journal import Change, HostJournal, read_sysctl
 from .layout import Network, StateLayout, cache_dir
 from .pki import CertificateAuthority, ClientIdentity, ensure_service_account_key, write_kubeconfig
@@ -67,9 +74,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 @dataclass(frozen=True)
 class LocalSettings:
-    simulated_gpus: int = DEFAULT_SIMULATED_GPUS
+    simulated_gpus: int = DEFAULT_SIMULATED_GPUS  # per GPU node (the only node when there are no workers)
     component_timeout_s: float = 60.0
     node_ready_timeout_s: float = 120.0
+    worker_nodes: tuple[nodes.WorkerNode, ...] = ()
 
     @classmethod
     def from_env(cls) -> LocalSettings:
@@ -78,7 +86,7 @@ class LocalSettings:
             raise UsageError(
                 f"KRC_SIMULATED_GPUS={gpus!r} is not a whole number", "set it to 0 or more, e.g. 2"
             )
-        return cls(simulated_gpus=int(gpus))
+        return cls(simulated_gpus=int(gpus), worker_nodes=nodes.parse(os.environ.get(nodes.NODES_ENV, "")))
 
 
 class LocalProvider:
@@ -97,12 +105,30 @@ class LocalProvider:
         self.supervisor = Supervisor(self.state.pids, CGROUP_NAME)
         self.journal = HostJournal(self.state.journal)
 
+    @property
+    def workers(self) -> tuple[nodes.WorkerNode, ...]:
+        """The cluster's worker nodes: as it was made (whatever the environment says now), or as
+        the settings ask for one not made yet."""
+        made = nodes.recorded(self.state.topology)
+        return nodes.parse(made) if self.state.topology.exists() else self.settings.worker_nodes
+
+    @property
+    def node_names(self) -> list[str]:
+        return [components.NODE_NAME, *(n.name for n in self.workers)]
+
+    def _gpu_nodes(self) -> list[str]:
+        """Where the simulated GPUs go: the GPU worker nodes, or the one node of a one-node cluster."""
+        if not self.workers:
+            return [components.NODE_NAME]
+        return [n.name for n in self.workers if n.gpu]
+
     # -- the interface -------------------------------------------------------------------
 
     def up(self) -> Cluster:
         for note in preflight.run_all():
             print(f"note: {note}", file=sys.stderr)
         network.check_ranges_free(self.net)
+        self._check_topology()
         bins = self.ensure_binaries()
         pause = images.pause_image(self.cache)
         # Built before anything starts, like the binaries: a cold build takes minutes.
@@ -117,6 +143,15 @@ class LocalProvider:
                 self.down()
             raise
         return self.cluster()
+
+    def _check_topology(self) -> None:
+        made, asked = nodes.recorded(self.state.topology), nodes.describe(self.settings.worker_nodes)
+        if self.state.topology.exists() and made != asked:
+            raise UsageError(
+                f"the local cluster was made with worker nodes {made or 'none'!r}, not {asked or 'none'!r}"
+                f" ({nodes.NODES_ENV})",
+                f"run `kuberay-conformance cluster down` first, or set {nodes.NODES_ENV}={made}",
+            )
 
     def down(self) -> list[str]:
         problems: list[str] = []
@@ -135,7 +170,7 @@ class LocalProvider:
         if not self.state.root.exists():
             return ProviderStatus(self.name, exists=False, summary="no local cluster")
         statuses = [self._component_status(c) for c in self._components(self._cached_binaries())]
-        statuses.append(self._node_status())
+        statuses += [self._node_status(name) for name in self.node_names]
         return ProviderStatus(self.name, exists=True, components=tuple(statuses))
 
     def env(self) -> dict[str, str]:
@@ -154,6 +189,7 @@ class LocalProvider:
             facts={
                 "simulated_gpus": self.settings.simulated_gpus > 0,
                 "node_name": components.NODE_NAME,
+                "worker_nodes": nodes.describe(self.workers),
                 # The node is this machine's host processes: its kernel's CPU pressure is the node's.
                 node_pressure.FACT: str(node_pressure.PSI_CPU),
                 # No registry and no route off the host: images are imported, downloads fail.
@@ -165,9 +201,10 @@ class LocalProvider:
     # -- images --------------------------------------------------------------------------
 
     def load_image(self, archive: images.ImageArchive) -> None:
-        """Make an image built on this machine available to the node (nothing is ever pulled)."""
+        """Make an image built on this machine available to every node (nothing is ever pulled)."""
         ctr = self._cached_binaries().containerd / "ctr"
-        images.import_image(archive, ctr, self.state.containerd_socket)
+        for socket_path in self._containerd_sockets():
+            images.import_image(archive, ctr, socket_path)
 
     # -- building ------------------------------------------------------------------------
 
@@ -187,23 +224,31 @@ class LocalProvider:
         for directory in (self.state.root, self.state.logs, self.state.pids):
             directory.mkdir(parents=True, exist_ok=True)
         self._record_kernel_tunables()
+        self.state.topology.write_text(nodes.describe(self.workers))
         network.ensure_node_network(self.net, self.journal)
         self._ensure_pki()
         components.write_configs(self.state, self.net, host_layout().mode)
         ensure_pod_cgroup_root()
+        for node in self.workers:
+            network.ensure_worker_network(self.net, node, self.journal)
+            components.write_worker_configs(self.state, self.net, host_layout().mode, node)
+            ensure_pod_cgroup_root(node=node.name)
         for component in self._components(bins):
             interrupts.check()
             self._ensure_running(component)
             if component.name == "kube-apiserver":
                 self._apply_bootstrap_objects()
-            if component.name == "containerd":
-                self.load_image(pause)
+            if component.name.split("@")[0] == "containerd" and component.health_socket:
+                images.import_image(pause, bins.containerd / "ctr", component.health_socket)
         self._wait_node_ready()
         self._advertise_simulated_gpus()
         self._offer_default_storage_class(storage_images)
 
     def _components(self, bins: components.Binaries) -> list[components.Component]:
-        return components.all_components(self.state, self.net, bins)
+        return components.all_components(self.state, self.net, bins, self.workers)
+
+    def _containerd_sockets(self) -> list[Path]:
+        return [self.state.containerd_socket, *(n.state(self.state).containerd_socket for n in self.workers)]
 
     def _record_kernel_tunables(self) -> None:
         for key in KUBELET_KERNEL_TUNABLES:
@@ -238,8 +283,21 @@ class LocalProvider:
             dns_names=(components.NODE_NAME,),
             ips=(self.net.node_ip,),
         )
+        for node in self.workers:
+            ca.issue(
+                f"kubelet-serving-{node.name}",
+                _subject(node.name),
+                client=False,
+                server=True,
+                dns_names=(node.name,),
+                ips=(node.ip(self.net),),
+            )
         server = f"https://{self.net.node_ip}:6443"
-        for identity in CLIENT_IDENTITIES:
+        kubelets = tuple(
+            ClientIdentity(f"kubelet-{n.name}", f"system:node:{n.name}", ("system:nodes",))
+            for n in self.workers
+        )
+        for identity in (*CLIENT_IDENTITIES, *kubelets):
             cert, key = ca.issue_client(identity)
             path = (
                 self.state.admin_kubeconfig
@@ -257,7 +315,7 @@ class LocalProvider:
             )
 
     def _ensure_running(self, component: components.Component) -> None:
-        argv = network.in_node(self.net, component.argv)
+        argv = network.in_netns(component.netns or self.net.netns, component.argv)
         record = self.supervisor.record(component.name)
         if record is not None and record.argv != argv and self.supervisor.running(component.name):
             # Started with other settings (an older version of this provider): restart to converge.
@@ -342,40 +400,49 @@ class LocalProvider:
                     f"see {self.state.log_for('kube-apiserver')}",
                 ) from exc
 
-    def _wait_node_ready(self) -> None:
+    def _wait_node_ready(self, names: list[str] | None = None) -> None:
         core = client.CoreV1Api(self._api())
         timeout = self.settings.node_ready_timeout_s
-        with progress(f"waiting for node {components.NODE_NAME} to be Ready"):
+        waiting = set(names or self.node_names)
+        with progress(f"waiting for node(s) {', '.join(sorted(waiting))} to be Ready"):
             stream = watch.Watch()
-            for event in stream.stream(
-                core.list_node,
-                field_selector=f"metadata.name={components.NODE_NAME}",
-                timeout_seconds=int(timeout),
-            ):
-                if _node_ready(event["object"]):
+            for event in stream.stream(core.list_node, timeout_seconds=int(timeout)):
+                node = event["object"]
+                if _node_ready(node):
+                    waiting.discard(node.metadata.name)
+                if not waiting:
                     stream.stop()
                     return
+        late = sorted(waiting)
         raise ProvisioningError(
-            f"node {components.NODE_NAME} was not Ready within {timeout:.0f}s",
-            f"see {self.state.log_for('kubelet')}",
+            f"node(s) {', '.join(late)} not Ready within {timeout:.0f}s",
+            f"see {', '.join(str(self.state.log_for(self._kubelet_of(n))) for n in late)}",
         )
 
+    @staticmethod
+    def _kubelet_of(node: str) -> str:
+        return "kubelet" if node == components.NODE_NAME else f"kubelet@{node}"
+
     def _advertise_simulated_gpus(self) -> None:
+        for name in self._gpu_nodes():
+            self._advertise_gpus_on(name)
+
+    def _advertise_gpus_on(self, node: str) -> None:
         """Advertise `nvidia.com/gpu` as an extended resource, as a device plugin would on a GPU node."""
         core = client.CoreV1Api(self._api())
         count = str(self.settings.simulated_gpus)
-        core.patch_node_status(components.NODE_NAME, {"status": {"capacity": {GPU_RESOURCE: count}}})
+        core.patch_node_status(node, {"status": {"capacity": {GPU_RESOURCE: count}}})
         # kubelet copies capacity into allocatable at its next status update; wait for it,
         # so that whatever runs next sees the GPUs as schedulable.
         wait_for(
             core.list_node,
             lambda node: (node.status.allocatable or {}).get(GPU_RESOURCE) == count,
-            what=f"{GPU_RESOURCE}={count} to be allocatable",
+            what=f"{GPU_RESOURCE}={count} to be allocatable on {node}",
             timeout=self.settings.node_ready_timeout_s,
-            field_selector=f"metadata.name={components.NODE_NAME}",
+            field_selector=f"metadata.name={node}",
         )
         core.patch_node(
-            components.NODE_NAME,
+            node,
             {
                 "metadata": {
                     "labels": {
@@ -395,6 +462,43 @@ class LocalProvider:
             self, self._api(), storage_images, self.state.volumes, self.settings.node_ready_timeout_s
         )
 
+    # -- node faults (base.NodeFaults) ----------------------------------------------------
+
+    def worker_nodes(self) -> list[str]:
+        return [n.name for n in self.workers]
+
+    def stop_node(self, name: str) -> None:
+        node = self._worker(name)
+        for program in ("kube-proxy", "kubelet", "containerd"):
+            self.supervisor.stop(node.component(program))
+        # What a lost machine takes with it: the containers, and the shims that held them.
+        problems = kill_node_pod_processes(node.name)
+        shims = self.supervisor.stop_forked(str(node.state(self.state).containerd_socket))
+        problems += [f"shim {pid} did not stop" for pid in shims]
+        if problems:
+            raise ProvisioningError(
+                f"node {name} did not stop: {'; '.join(problems)}", "see `cluster status`"
+            )
+
+    def start_node(self, name: str) -> None:
+        node = self._worker(name)
+        for component in components.worker_components(self.state, self.net, self._cached_binaries(), node):
+            self._ensure_running(component)
+        self._wait_node_ready([name])
+        if node.gpu:  # a restarted kubelet (or a Node made anew) no longer lists the simulated GPUs
+            self._advertise_gpus_on(name)
+
+    def isolate_node(self, name: str, cut: bool) -> None:
+        network.link_up(self.net, self._worker(name), up=not cut)
+
+    def _worker(self, name: str) -> nodes.WorkerNode:
+        found = [n for n in self.workers if n.name == name]
+        if not found:
+            raise UsageError(
+                f"{name} is not a worker node of the local cluster", f"use one of {self.worker_nodes()}"
+            )
+        return found[0]
+
     # -- status --------------------------------------------------------------------------
 
     def _component_status(self, component: components.Component) -> ComponentStatus:
@@ -407,20 +511,19 @@ class LocalProvider:
             return ComponentStatus(component.name, False, f"pid {record.pid}, not healthy; log: {record.log}")
         return ComponentStatus(component.name, True, f"pid {record.pid}, healthy")
 
-    def _node_status(self) -> ComponentStatus:
+    def _node_status(self, name: str) -> ComponentStatus:
         try:
-            node = client.CoreV1Api(self._api()).read_node(components.NODE_NAME, _request_timeout=5)
+            node = client.CoreV1Api(self._api()).read_node(name, _request_timeout=5)
         except Exception as exc:  # noqa: BLE001 - any failure means "unknown", which status reports
-            return ComponentStatus(
-                f"node/{components.NODE_NAME}", False, f"unreachable: {type(exc).__name__}"
-            )
+            return ComponentStatus(f"node/{name}", False, f"unreachable: {type(exc).__name__}")
         gpus = (node.status.allocatable or {}).get(GPU_RESOURCE, "0")
         ready = _node_ready(node)
+        taints = ", ".join(f"taint {t.key}={t.value}:{t.effect}" for t in node.spec.taints or [])
         return ComponentStatus(
-            f"node/{components.NODE_NAME}",
+            f"node/{name}",
             ready,
             f"{'Ready' if ready else 'NotReady'}, {node.status.node_info.kubelet_version}, "
-            f"{GPU_RESOURCE}={gpus} (simulated)",
+            f"{GPU_RESOURCE}={gpus} (simulated){', ' + taints if taints else ''}",
         )
 
 

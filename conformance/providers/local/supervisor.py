@@ -153,6 +153,13 @@ class Supervisor:
                 pids.update(int(p) for p in procs.read_text().split())
         return sorted(pids)
 
+    def stop_forked(self, mentioning: str, grace: float = 10.0) -> list[int]:
+        """Stop the processes of our cgroup whose command line mentions `mentioning` (a worker
+        node's containerd shims name its socket); returns those that survived."""
+        mine = [pid for pid in self.cgroup_pids() if mentioning in _cmdline(pid)]
+        _terminate(mine, grace)
+        return [pid for pid in mine if _alive(pid)]
+
     def stop_all(self, order: list[str], grace: float = 10.0) -> list[int]:
         """Stop the named programs in order, then whatever they forked; returns PIDs that survived."""
         for name in order:
@@ -191,6 +198,13 @@ def _terminate(pids: list[int], grace: float) -> None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)  # poll-interval: waiting for SIGKILLed PIDs to exit
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _alive(pid: int) -> bool:
