@@ -21,30 +21,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.local_provider import machine, replace_section, rss_bytes  # noqa: E402
+from benchmarks.local_provider import machine, replace_section, rss_bytes, warm_up_seconds  # noqa: E402
 from conformance.providers.local import nodes  # noqa: E402
-from conformance.providers.local.cleanup import POD_CGROUP_ROOT, v1_hierarchies  # noqa: E402
+from conformance.providers.local.cleanup import pod_pids  # noqa: E402
 from conformance.providers.local.provider import LocalProvider, LocalSettings  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "local_topologies.json"
 IDLE_SETTLE_S = 60  # a benchmark's settle time: kubelets' first housekeeping done, not a test condition
 
 
-def pod_pids() -> list[int]:
-    pids: set[int] = set()
-    for hierarchy in v1_hierarchies()[:1] or []:
-        for procs in (hierarchy / POD_CGROUP_ROOT).rglob("cgroup.procs"):
-            pids.update(int(p) for p in procs.read_text().split())
-    return sorted(pids)
-
-
 def measure(topology: str) -> dict[str, object]:
     provider = LocalProvider(settings=LocalSettings(worker_nodes=nodes.parse(topology)))
-    LocalProvider().down()  # whatever cluster is up, with the topology it was made with
-    provider.ensure_binaries()
-    started = time.monotonic()
-    provider.up()
-    up_s = round(time.monotonic() - started, 1)
+    # Its `down` goes by the topology a cluster up now was made with, whatever this one asks.
+    up_s = round(warm_up_seconds(provider), 1)
     time.sleep(IDLE_SETTLE_S)
     programs = {r.name: rss_bytes(r.pid) for r in provider.supervisor.records()}
     tracked = {r.pid for r in provider.supervisor.records()}

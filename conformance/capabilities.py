@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from conformance.kube.nodes import allocatable
+
 GATEWAY_CRD = "gateways.gateway.networking.k8s.io"
 DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -96,7 +98,7 @@ def detect(
 ) -> Capabilities:
     kubernetes_version = client.VersionApi(api).get_code().git_version
     nodes = client.CoreV1Api(api).list_node().items
-    gpus = sum(int((n.status.allocatable or {}).get(gpu_resource, "0")) for n in nodes)
+    gpus = sum(allocatable(n, gpu_resource) for n in nodes)
     extensions = client.ApiextensionsV1Api(api)
     try:
         extensions.read_custom_resource_definition(GATEWAY_CRD)

@@ -26,6 +26,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.utils.quantity import parse_quantity
 
+from conformance.kube.nodes import is_node_ready
 from conformance.profiles import POD_REQUESTS, Profile
 
 WORKERS_PER_CHECK = 2  # Ray worker pods beside the head in a typical check
@@ -123,6 +124,6 @@ def within_this_machine(room: Room) -> Room:
 
 
 def _takes_ray_pods(node: client.V1Node) -> bool:
-    ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+    ready = is_node_ready(node)
     blocked = any(t.effect in ("NoSchedule", "NoExecute") for t in (node.spec.taints or []))
     return ready and not blocked and not node.spec.unschedulable

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from conformance.kube.manifests import render
+from conformance.kube.nodes import allocatable
 from conformance.kube.ray import ExecError, Ray
 from conformance.kube.scaling import ScaleWatcher
 from conformance.kube.wait import behaviour, poll_until, wait_for
@@ -232,7 +233,7 @@ def test_gpu_workers_tolerate_the_gpu_taint_and_cpu_workers_do_not(
                   "the CPU worker alive in Ray", timeouts.scale)  # fmt: skip
     watch.assert_evidence()
     nodes = {n.metadata.name: n for n in ray.core.list_node().items}
-    gpu_nodes = {name for name, n in nodes.items() if _gpus(n, profile.gpu.resource) > 0}
+    gpu_nodes = {name for name, n in nodes.items() if allocatable(n, profile.gpu.resource) > 0}
     metrics["gpu_nodes"] = len(gpu_nodes)
     pods = {p.metadata.labels["ray.io/group"]: p for p in ray.pods("placed", "worker")}
     taint = profile.gpu.resource
@@ -254,10 +255,6 @@ def test_gpu_workers_tolerate_the_gpu_taint_and_cpu_workers_do_not(
         assert pods["cpu"].spec.node_name not in tainted, (
             f"the CPU worker runs on the tainted GPU node {pods['cpu'].spec.node_name}"
         )
-
-
-def _gpus(node: client.V1Node, resource: str) -> int:
-    return int((node.status.allocatable or {}).get(resource, "0"))
 
 
 def _tolerations(pod: client.V1Pod) -> list[str]:

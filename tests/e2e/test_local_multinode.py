@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from conformance.kube.nodes import is_node_ready
 from conformance.kube.wait import wait_for
 from conformance.providers.local import images, nodes
 from conformance.providers.local.cleanup import POD_CGROUP_ROOT, mounts_below
@@ -58,7 +59,7 @@ def test_every_node_is_ready_with_its_groups_gpus_taints_and_labels(core: client
     found = {n.metadata.name: n for n in core.list_node().items}
     assert sorted(found) == ["krc-cpu-1", "krc-gpu-1", "krc-node"]
     for name, node in found.items():
-        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions), name
+        assert is_node_ready(node), name
     gpus = {name: (n.status.allocatable or {}).get("nvidia.com/gpu", "0") for name, n in found.items()}
     assert gpus == {"krc-node": "0", "krc-cpu-1": "0", "krc-gpu-1": "2"}
     taints = {name: [(t.key, t.value, t.effect) for t in n.spec.taints or []] for name, n in found.items()}
@@ -130,13 +131,10 @@ def test_a_pod_without_the_gpu_toleration_never_lands_on_the_gpu_node(
 def test_a_stopped_worker_node_goes_not_ready_and_rejoins_with_its_gpus(
     multinode: LocalProvider, core: client.CoreV1Api
 ) -> None:
-    def ready(node: client.V1Node) -> bool:
-        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
-
     multinode.stop_node("krc-gpu-1")
     assert not [r for r in multinode.supervisor.records() if r.name.endswith("@krc-gpu-1")]
     # Kubernetes marks it after node-monitor-grace-period (50 s).
-    wait_for(core.list_node, lambda n: not ready(n), what="krc-gpu-1 NotReady", timeout=120,
+    wait_for(core.list_node, lambda n: not is_node_ready(n), what="krc-gpu-1 NotReady", timeout=120,
              field_selector="metadata.name=krc-gpu-1")  # fmt: skip
     multinode.start_node("krc-gpu-1")
 
@@ -144,7 +142,7 @@ def test_a_stopped_worker_node_goes_not_ready_and_rejoins_with_its_gpus(
         # The node controller lifts its unreachable taint a moment after the node is Ready again.
         taints = [(t.key, t.value, t.effect) for t in node.spec.taints or []]
         return (
-            ready(node)
+            is_node_ready(node)
             and (node.status.allocatable or {}).get("nvidia.com/gpu") == "2"
             and (taints == [nodes.GPU_TAINT])
         )

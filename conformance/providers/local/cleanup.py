@@ -86,10 +86,16 @@ def kill_node_pod_processes(node: str, grace: float = 5.0) -> list[str]:
     return _signal_until_gone(listed, grace)
 
 
+def pod_pids(cgroup_root: Path | None = None) -> list[int]:
+    """Every process of every pod of every node: those below our pod cgroup root."""
+    pods = unified_pod_root(cgroup_root)
+    return pods.pids() if pods is not None else _pids_in(_pod_cgroup_dirs())
+
+
 def kill_pod_processes(grace: float = 5.0, cgroup_root: Path | None = None) -> list[str]:
     pods = unified_pod_root(cgroup_root)
     if pods is None:
-        return _signal_until_gone(lambda: _pids_in(_pod_cgroup_dirs()), grace)
+        return _signal_until_gone(pod_pids, grace)
     if not pods.pids() or pods.kill(grace):
         return []
     # No cgroup.kill (a kernel before 5.14), or something outlived it: by PID, as on v1.

@@ -29,8 +29,11 @@ NODE_SYSCTLS = {
 WORKER_LINK = "eth0"  # a worker node's one link, to the fabric
 
 
+NETNS_DIR = Path("/run/netns")  # where `ip netns add` keeps its namespaces
+
+
 def netns_path(network: Network) -> Path:
-    return Path("/run/netns") / network.netns
+    return NETNS_DIR / network.netns
 
 
 def in_node(network: Network, cmd: list[str]) -> list[str]:
@@ -39,7 +42,7 @@ def in_node(network: Network, cmd: list[str]) -> list[str]:
 
 
 def in_netns(netns: str, cmd: list[str]) -> list[str]:
-    return ["nsenter", f"--net={Path('/run/netns') / netns}", "--", *cmd]
+    return ["nsenter", f"--net={NETNS_DIR / netns}", "--", *cmd]
 
 
 def _ip(*args: str, netns: str | None = None) -> None:
@@ -117,7 +120,7 @@ def ensure_worker_network(network: Network, node: WorkerNode, journal: HostJourn
     Everything it sends outside its own pods goes to the control-plane node, which routes to the
     other nodes' pod ranges and, for the host's sake, back to the host."""
     _ensure_fabric(network)
-    if not Path("/run/netns", node.netns).exists():
+    if not (NETNS_DIR / node.netns).exists():
         journal.record(Change("netns", node.netns))
         _ip("netns", "add", node.netns)
     if not _link_exists(network.netns, node.fabric_veth):

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from conformance import interrupts, node_pressure
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import storage
+from conformance.kube.nodes import is_node_ready
 from conformance.kube.target import KubeTarget, api_client
 from conformance.kube.wait import wait_for
 from conformance.progress import progress
@@ -408,7 +409,7 @@ class LocalProvider:
             stream = watch.Watch()
             for event in stream.stream(core.list_node, timeout_seconds=int(timeout)):
                 node = event["object"]
-                if _node_ready(node):
+                if is_node_ready(node):
                     waiting.discard(node.metadata.name)
                 if not waiting:
                     stream.stop()
@@ -517,7 +518,7 @@ class LocalProvider:
         except Exception as exc:  # noqa: BLE001 - any failure means "unknown", which status reports
             return ComponentStatus(f"node/{name}", False, f"unreachable: {type(exc).__name__}")
         gpus = (node.status.allocatable or {}).get(GPU_RESOURCE, "0")
-        ready = _node_ready(node)
+        ready = is_node_ready(node)
         taints = ", ".join(f"taint {t.key}={t.value}:{t.effect}" for t in node.spec.taints or [])
         return ComponentStatus(
             f"node/{name}",
@@ -535,10 +536,6 @@ def _subject(common_name: str):  # noqa: ANN202 - x509.Name, kept out of this mo
     from cryptography.x509.oid import NameOID  # noqa: PLC0415
 
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _node_ready(node: client.V1Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
 
 def _tail(log: Path, lines: int = 1) -> str:
