@@ -82,7 +82,7 @@ class NodeFaults(Protocol):
         ...
 
     def start_node(self, name: str) -> None:
-        """Start a stopped node's programs again; it rejoins the cluster."""
+        """Start a stopped node's programs again; returns once it is Ready in the cluster."""
         ...
 
     def isolate_node(self, name: str, cut: bool) -> None:

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from conformance.environment import Environment
 from conformance.kube.manifests import render
+from conformance.kube.nodes import is_node_ready
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, poll_until, wait_for, wait_gone
 from conformance.plugin import NOT_APPLICABLE
@@ -88,16 +88,12 @@ def _cluster_on(
     return worker
 
 
-def _node_ready(node: client.V1Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-
-
 def _wait_node(ray: Ray, name: str, ready: bool, since: float = 0.0) -> float:
     """Kubernetes turning the node Ready or NotReady (the environment: a timeout is an error);
     returns the seconds from `since` (epoch) to the Ready condition's change, as the node says."""
     node = wait_for(
         ray.core.list_node,
-        lambda n: _node_ready(n) == ready,
+        lambda n: is_node_ready(n) == ready,
         what=f"node {name} {'Ready' if ready else 'NotReady'}",
         timeout=NODE_STATE_S,
         field_selector=f"metadata.name={name}",
@@ -150,8 +146,7 @@ def test_a_lost_worker_node_s_ray_worker_is_replaced_elsewhere_once_the_node_is_
             joined = until_workers_alive(ray, "lost", timeouts.ready)
         metrics["recovery_s"] = round(time.monotonic() - gone, 2)
     finally:
-        faults.start_node(victim)
-        _wait_node(ray, victim, ready=True)
+        faults.start_node(victim)  # returns once the node is Ready again
     assert new.spec.node_name != victim, f"the replacement runs on the lost node {victim}"
     assert list(joined) == [new.metadata.name], f"alive Ray workers {joined}, replacement {new.metadata.name}"
     assert joined[new.metadata.name] != old_ray_node, "the replacement reports the lost worker's Ray node id"
@@ -279,8 +274,7 @@ def test_the_head_s_node_lost_gives_the_cluster_a_new_head_elsewhere(
         metrics["recovery_s"] = round(time.monotonic() - gone, 2)
         answer = ray_processes.until_head_answers(ray, "headless", COUNTER, timeouts.ready) if gcs_ft else ""
     finally:
-        faults.start_node(victim)
-        _wait_node(ray, victim, ready=True)
+        faults.start_node(victim)  # returns once the node is Ready again
     assert new.spec.node_name != victim, f"the new head runs on the lost node {victim}"
     if gcs_ft:
         after = _counter(answer)
@@ -292,16 +286,13 @@ def test_the_head_s_node_lost_gives_the_cluster_a_new_head_elsewhere(
 
 def _wait_evicted(ray: Ray, pod: Any) -> None:
     """Kubernetes evicting the pod of the unreachable node once its toleration ran out (the
-    environment); the pod then waits, Terminating, for a kubelet that cannot answer."""
-
-    def evicted() -> bool | None:
-        try:
-            found = ray.core.read_namespaced_pod(pod.metadata.name, ray.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return True if found.metadata.deletion_timestamp else None
-
-    timeout = NODE_STATE_S + EVICTED_AFTER_S
-    poll_until(evicted, what=f"pod {pod.metadata.name} evicted", timeout=timeout, every=2)
+    environment); the pod then waits, Terminating, for a kubelet that cannot answer (so it is
+    never gone while the node is cut off)."""
+    wait_for(
+        ray.core.list_namespaced_pod,
+        lambda p: p.metadata.deletion_timestamp is not None,
+        what=f"pod {pod.metadata.name} evicted",
+        timeout=NODE_STATE_S + EVICTED_AFTER_S,
+        namespace=ray.namespace,
+        field_selector=f"metadata.name={pod.metadata.name}",
+    )

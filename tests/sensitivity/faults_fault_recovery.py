@@ -98,6 +98,21 @@ def _operator_paused_while_a_rayjob_runs(name: str, then: str, check: str, evide
     )
 
 
+def _operator_stops_before(slug: str, node: str, check: str) -> Fault:
+    """The operator stopped once the cluster is up, for a node-fault check whose worker must be replaced."""
+    return Fault(
+        name=f"operator-stops-before-a-node-is-{slug}",
+        area="fault-recovery",
+        misbehaviour=f"the operator stops reconciling once the cluster is up: the worker of {node} is never "
+        "replaced",
+        rogue=stop_operator_once_a_cluster_is_ready,
+        worker_nodes=True,
+        catches=(NODES + check,),
+        run_args=("--timeout", "ready=120"),
+        evidence="replaced by a Ready one",
+    )
+
+
 FAULTS = [
     Fault(
         name="gcs-ft-redis-not-cleaned",
@@ -123,27 +138,15 @@ FAULTS = [
     ),
     # One check each: the rogue stops the operator for the rest of the run, so a second check
     # could not even make its cluster.
-    Fault(
-        name="operator-stops-before-a-node-is-lost",
-        area="fault-recovery",
-        misbehaviour="the operator stops reconciling once the cluster is up: the worker of a lost node "
-        "is never replaced",
-        rogue=stop_operator_once_a_cluster_is_ready,
-        worker_nodes=True,
-        catches=(NODES + "test_a_lost_worker_node_s_ray_worker_is_replaced_elsewhere_once_the_node_is_gone",),
-        run_args=("--timeout", "ready=120"),
-        evidence="replaced by a Ready one",
+    _operator_stops_before(
+        "lost",
+        "a lost node",
+        "test_a_lost_worker_node_s_ray_worker_is_replaced_elsewhere_once_the_node_is_gone",
     ),
-    Fault(
-        name="operator-stops-before-a-node-is-cut-off",
-        area="fault-recovery",
-        misbehaviour="the operator stops reconciling once the cluster is up: the worker of a node cut off "
-        "from the network is never replaced",
-        rogue=stop_operator_once_a_cluster_is_ready,
-        worker_nodes=True,
-        catches=(NODES + "test_a_worker_node_cut_off_is_dead_to_ray_and_replaced_once_it_is_back",),
-        run_args=("--timeout", "ready=120"),
-        evidence="replaced by a Ready one",
+    _operator_stops_before(
+        "cut-off",
+        "a node cut off from the network",
+        "test_a_worker_node_cut_off_is_dead_to_ray_and_replaced_once_it_is_back",
     ),
     Fault(
         name="head-never-recreated-after-its-node-is-lost",
