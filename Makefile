@@ -23,7 +23,7 @@ help:
 	@echo "                    KUBERAY_SOURCE=DIR: KubeRay built from that checkout, with its own chart"
 	@echo "make test           the harness's own tests: unit + end-to-end on the local provider"
 	@echo "make unit           unit tests only (no cluster, no root)"
-	@echo "make cluster-up     bring the local cluster up (builds what is missing)"
+	@echo "make cluster-up     bring the local cluster up, nodes as PROFILE=$(PROFILE) says (builds what is missing)"
 	@echo "make cluster-down   stop it and undo every host change"
 	@echo "make cluster-status each component and the node"
 	@echo "make report         rebuild the reports of RUN_DIR=$(RUN_DIR) (exit code: its verdict)"
@@ -65,7 +65,7 @@ conformance: $(if $(filter local,$(PROVIDER)),host-deps) venv
 	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) --workers $(WORKERS) $(if $(KUBERAY_SOURCE),--kuberay-source $(KUBERAY_SOURCE)) $(RUN_ARGS)
 
 cluster-up: host-deps venv
-	$(CLI) cluster up --provider local
+	$(CLI) cluster up --provider local --profile $(PROFILE)
 
 cluster-down: venv
 	$(CLI) cluster down --provider local

@@ -57,7 +57,7 @@ class Capabilities:
             "node_faults": ""
             if self.fault_nodes
             else "the provider cannot take a worker node away and back (the local provider with "
-            "worker nodes can: KRC_LOCAL_NODES)",
+            "worker nodes can: the default profile's local.nodes, or KRC_LOCAL_NODES)",
         }
         if need in plain:
             return plain[need]

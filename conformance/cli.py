@@ -96,13 +96,20 @@ def cluster() -> None:
 
 @cluster.command("up")
 @provider_option
+@click.option(
+    "--profile",
+    default="default",
+    show_default=True,
+    help="Profile name or path: its local.nodes are the local cluster's worker nodes.",
+)
 @kubeconfig_option
 @context_option
-def cluster_up(provider: str, kubeconfig: str | None, context: str | None) -> None:
+def cluster_up(provider: str, profile: str, kubeconfig: str | None, context: str | None) -> None:
     """Create the cluster, or reuse a healthy one and repair dead components (idempotent)."""
 
     def action() -> int:
-        made = get_provider(provider, kubeconfig=kubeconfig, context=context).up()
+        nodes = profiles.load(profile).local_nodes  # a bad profile is refused before anything is made
+        made = get_provider(provider, kubeconfig=kubeconfig, context=context, local_nodes=nodes).up()
         click.echo(f"cluster is up ({made.provider}); kubeconfig: {made.kubeconfig}")
         click.echo(f'use it from a shell: eval "$(kuberay-conformance cluster env --provider {provider})"')
         return 0

@@ -64,6 +64,7 @@ class Environment:
             # Terraform-made clusters: a workspace per run, and no destroy after a failed apply if kept.
             run_id=options.run_id,
             keep_cluster=options.keep_cluster,
+            local_nodes=options.profile.local_nodes,
         )
         self.cluster: Cluster | None = None
         self.api: client.ApiClient | None = None

@@ -84,6 +84,8 @@ class Profile:
     # How the harness's Ray clusters publish their head Service (headGroupSpec.serviceType).
     # ClusterIP keeps the dashboard inside the cluster; the others expose it, and reports say so.
     head_service_type: str = "ClusterIP"
+    # The local provider's worker nodes by group (`local.nodes`): {"cpu": 1, "gpu": 1}.
+    local_nodes: dict[str, int] = field(default_factory=dict)
 
     @property
     def exposes_head(self) -> bool:
@@ -179,4 +181,5 @@ def _from_document(doc: schema.ProfileDocument, source: Path) -> Profile:
         source=source,
         gateway_install=doc.gateway.install,
         head_service_type=doc.exposure.head_service_type,
+        local_nodes=doc.local.nodes.model_dump(),
     )

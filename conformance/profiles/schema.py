@@ -127,6 +127,23 @@ class Gpu(Section):
     simulated: bool = Field(description="GPUs advertised by a status patch (local provider)")
 
 
+NodeCount = Annotated[int, Field(ge=0, le=4)]
+
+
+class LocalNodes(Section):
+    cpu: NodeCount = Field(default=0, description="worker nodes without GPUs")
+    gpu: NodeCount = Field(default=0, description="worker nodes with the simulated GPUs and the GPU taint")
+
+
+class Local(Section):
+    """What the local provider makes (other providers ignore it)."""
+
+    nodes: LocalNodes = Field(
+        default=LocalNodes(),
+        description="worker node groups beside the control-plane node (KRC_LOCAL_NODES overrides them)",
+    )
+
+
 class Exposure(Section):
     head_service_type: HeadServiceType = "ClusterIP"
 
@@ -147,6 +164,7 @@ class ProfileDocument(Section):
     gateway: Gateway
     gpu: Gpu
     exposure: Exposure = Exposure()
+    local: Local = Local()
 
 
 def json_schema() -> str:

@@ -15,7 +15,8 @@ def get_provider(name: str, **options: object) -> Provider:
     if name == "local":
         from conformance.providers.local.provider import LocalProvider  # noqa: PLC0415
 
-        return LocalProvider()
+        # Worker nodes for a new cluster: the profile's (KRC_LOCAL_NODES overrides them).
+        return LocalProvider(profile_nodes=options.get("local_nodes"))  # type: ignore[arg-type]
     if name == "existing":
         from conformance.providers.existing import ExistingProvider  # noqa: PLC0415
 

@@ -1,7 +1,7 @@
 """Area fault-recovery, node level: a worker node lost, or cut off from the network and healed.
 
-The provider takes the node away (providers.base.NodeFaults: the local provider with worker nodes,
-KRC_LOCAL_NODES); elsewhere these checks are not applicable. The Ray cluster of a check has its head
+The provider takes the node away (providers.base.NodeFaults: the local provider with worker nodes, the
+default profile's); elsewhere these checks are not applicable. The Ray cluster of a check has its head
 kept on a node no fault touches and its one worker preferring the node the check takes away, so
 the worker is lost with it and its replacement can go elsewhere.
 

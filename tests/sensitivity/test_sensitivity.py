@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 from pathlib import Path
 
 import checkouts
 import pytest
 
+from conformance import profiles
+from conformance.providers.local import nodes
 from conformance.providers.local.nodes import NODES_ENV
 
 from . import runner
@@ -31,8 +32,8 @@ GREEN = ("passed", "not_applicable")
 def test_seeded_fault_is_caught_by_its_check_and_no_other(fault: Fault, tmp_path: Path) -> None:
     if fault.on_checkout and checkouts.named_checkout() is None:
         pytest.skip(checkouts.NO_CHECKOUT)
-    if fault.worker_nodes and not os.environ.get(NODES_ENV):
-        pytest.skip(f"needs a local cluster with worker nodes: set {NODES_ENV}, e.g. cpu=1,gpu=1")
+    if fault.worker_nodes and not nodes.asked(profiles.load(runner.HEALTHY_PROFILE).local_nodes):
+        pytest.skip(f"needs a local cluster with worker nodes: {NODES_ENV} asks for none")
     observed = runner.run(fault, tmp_path)
     tests = observed.summary["tests"]
     context = f"exit {observed.exit_code}; outcomes {_outcomes(tests)}\n{observed.output}"

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conformance.errors import UsageError
+from conformance import profiles
+from conformance.errors import EXIT_USAGE, UsageError
+from conformance.profiles import ProfileError
 from conformance.providers.local import components, nodes
 from conformance.providers.local.cgroup_layout import CgroupMode
 from conformance.providers.local.layout import Network, StateLayout
@@ -76,3 +81,51 @@ def test_up_refuses_another_topology_than_the_cluster_was_made_with(tmp_path: Pa
     assert "cpu=1,gpu=1" in str(caught.value) and "cluster down" in caught.value.fix
     # `status` and `down` go by what the cluster was made with, whatever the settings say now.
     assert [n.name for n in other.workers] == ["krc-cpu-1", "krc-gpu-1"]
+
+
+def test_none_is_the_one_node_cluster_and_the_environment_overrides_the_profile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(nodes.NODES_ENV, raising=False)
+    assert nodes.describe(nodes.asked({"cpu": 1, "gpu": 1})) == "cpu=1,gpu=1"
+    assert nodes.asked({}) == ()
+    monkeypatch.setenv(nodes.NODES_ENV, "none")
+    assert nodes.asked({"cpu": 1, "gpu": 1}) == ()
+    monkeypatch.setenv(nodes.NODES_ENV, "gpu=2")
+    assert nodes.describe(nodes.asked({"cpu": 1, "gpu": 1})) == "gpu=2"
+    # The same nodes, whichever way they were asked for: a kept cluster is found again.
+    assert nodes.from_counts({"gpu": 1, "cpu": 1}) == nodes.parse("cpu=1,gpu=1")
+
+
+def test_the_default_profile_asks_for_a_cpu_and_a_gpu_worker_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(nodes.NODES_ENV, raising=False)
+    local_nodes = profiles.load("default").local_nodes
+    assert local_nodes == {"cpu": 1, "gpu": 1}
+    settings = LocalSettings.from_env(local_nodes)
+    assert [n.name for n in settings.worker_nodes] == ["krc-cpu-1", "krc-gpu-1"]
+    # Without a profile (status, down, attach-only tools): no worker nodes asked for.
+    assert LocalSettings.from_env().worker_nodes == ()
+
+
+@pytest.mark.parametrize("nodes_yaml", ["{cpu: 5}", "{tpu: 1}", "{gpu: '1'}"])
+def test_a_profile_with_bad_local_nodes_is_refused_naming_the_key(nodes_yaml: str) -> None:
+    text = (
+        (profiles.BUNDLED / "default.yaml")
+        .read_text()
+        .replace("nodes: {cpu: 1, gpu: 1}", f"nodes: {nodes_yaml}")
+    )
+    with pytest.raises(ProfileError) as caught:
+        profiles.parse(text, Path("bad.yaml"))
+    assert "local.nodes" in str(caught.value)
+
+
+def test_cluster_up_refuses_a_bad_profile_before_making_anything(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("kuberay-conformance")), "cluster", "up", "--profile", "nope"],
+        capture_output=True, text=True, check=False, timeout=60,
+        env={**os.environ, "KRC_STATE_DIR": str(state)},
+    )  # fmt: skip
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "unknown profile 'nope'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not state.exists()

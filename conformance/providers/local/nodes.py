@@ -4,6 +4,8 @@ The control-plane node (layout.Network) is the cluster as it always was. Worker 
 group: `cpu` nodes carry nothing special; `gpu` nodes advertise the simulated GPUs and carry the
 taint and labels the EKS module's GPU node group has (infra/terraform/eks), so GPU checks meet the
 same scheduling rules here as there. With worker nodes, the control-plane node advertises no GPU.
+The groups come from the profile (`local: {nodes: {cpu: 1, gpu: 1}}`, the default profile's), or
+from KRC_LOCAL_NODES, which overrides it for one command.
 
 Each worker node is one network namespace with its own containerd, kubelet and kube-proxy, joined
 to the control-plane node's namespace by a veth pair on a bridge there (the fabric). Its address
@@ -15,7 +17,9 @@ the pod range.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,7 @@ from .layout import Network, StateLayout
 
 GROUPS = ("cpu", "gpu")
 NODES_ENV = "KRC_LOCAL_NODES"
+ONE_NODE = "none"  # the KRC_LOCAL_NODES value of a cluster without worker nodes
 MAX_NODES_PER_GROUP = 4
 GPU_TAINT = ("nvidia.com/gpu", "present", "NoSchedule")  # infra/terraform/eks/main.tf gpu_taint
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "kuberay-conformance.io/gpu": "true"}  # gpu_node_labels
@@ -79,23 +84,36 @@ class WorkerNode:
 
 
 def parse(spec: str) -> tuple[WorkerNode, ...]:
-    """Worker nodes from `cpu=N,gpu=M` (either may be left out; empty: none, the one-node cluster)."""
+    """Worker nodes from `cpu=N,gpu=M` (either may be left out; empty or `none`: the one-node cluster)."""
     counts: dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
+    parts = [] if spec.strip() == ONE_NODE else [p.strip() for p in spec.split(",")]
+    for part in filter(None, parts):
         found = _SPEC.match(part)
         if not found or found.group(1) in counts or int(found.group(2)) > MAX_NODES_PER_GROUP:
             raise UsageError(
                 f"{NODES_ENV}={spec!r}: cannot read {part!r}",
                 f"give node groups as cpu=N,gpu=M (each at most {MAX_NODES_PER_GROUP}), e.g. cpu=1,gpu=1, "
-                "or leave it empty for one node",
+                f"or {ONE_NODE} for one node",
             )
         counts[found.group(1)] = int(found.group(2))
-    nodes, ordinal = [], 0
+    return from_counts(counts)
+
+
+def from_counts(counts: Mapping[str, int]) -> tuple[WorkerNode, ...]:
+    """Worker nodes from a count per group (a profile's `local.nodes`), in a fixed group order."""
+    workers, ordinal = [], 0
     for group in GROUPS:
         for index in range(1, counts.get(group, 0) + 1):
             ordinal += 1
-            nodes.append(WorkerNode(group, index, ordinal))
-    return tuple(nodes)
+            workers.append(WorkerNode(group, index, ordinal))
+    return tuple(workers)
+
+
+def asked(profile_nodes: Mapping[str, int]) -> tuple[WorkerNode, ...]:
+    """The worker nodes a new cluster gets: KRC_LOCAL_NODES when it is set (`none`: one node), so a
+    user can change the topology for one command, else the profile's `local.nodes`."""
+    spec = os.environ.get(NODES_ENV)
+    return parse(spec) if spec is not None else from_counts(profile_nodes)
 
 
 def recorded(path: Path) -> str:

@@ -1,7 +1,8 @@
 """The local provider: a real Kubernetes cluster made of host processes.
 
-One node by default; worker nodes by group (nodes.py, `KRC_LOCAL_NODES=cpu=1,gpu=1`), each in a
-network namespace of its own. `up` builds what is missing, creates the nodes' network namespaces,
+A control-plane node and worker nodes by group (nodes.py: the profile's `local.nodes`, the default
+profile's a CPU and a GPU node, or `KRC_LOCAL_NODES=cpu=N,gpu=M|none`), each in a network namespace
+of its own. `up` builds what is missing, creates the nodes' network namespaces,
 issues certificates, starts each program in order and waits for it to be healthy, then waits for
 every node to be Ready. A second `up` keeps healthy programs and restarts dead ones. `down` stops
 every process by its recorded PID, unmounts what the node mounted, and undoes the host
@@ -17,6 +18,7 @@ import string
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -81,13 +83,15 @@ class LocalSettings:
     worker_nodes: tuple[nodes.WorkerNode, ...] = ()
 
     @classmethod
-    def from_env(cls) -> LocalSettings:
+    def from_env(cls, profile_nodes: Mapping[str, int] | None = None) -> LocalSettings:
+        """The settings of this environment; worker nodes as the profile's `local.nodes` say, unless
+        KRC_LOCAL_NODES does (none without a profile: `status`, `down` and tools that only attach)."""
         gpus = os.environ.get("KRC_SIMULATED_GPUS", str(DEFAULT_SIMULATED_GPUS))
         if not gpus.isdigit():
             raise UsageError(
                 f"KRC_SIMULATED_GPUS={gpus!r} is not a whole number", "set it to 0 or more, e.g. 2"
             )
-        return cls(simulated_gpus=int(gpus), worker_nodes=nodes.parse(os.environ.get(nodes.NODES_ENV, "")))
+        return cls(simulated_gpus=int(gpus), worker_nodes=nodes.asked(profile_nodes or {}))
 
 
 class LocalProvider:
@@ -98,10 +102,11 @@ class LocalProvider:
         state: StateLayout | None = None,
         net: Network | None = None,
         settings: LocalSettings | None = None,
+        profile_nodes: Mapping[str, int] | None = None,
     ) -> None:
         self.state = state or StateLayout.default()
         self.net = net or Network()
-        self.settings = settings or LocalSettings.from_env()
+        self.settings = settings or LocalSettings.from_env(profile_nodes)
         self.cache = cache_dir()
         self.supervisor = Supervisor(self.state.pids, CGROUP_NAME)
         self.journal = HostJournal(self.state.journal)
