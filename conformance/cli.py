@@ -21,7 +21,9 @@ import pytest
 from conformance import capacity, cluster_lock, interrupts, parallel, profiles
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
+from conformance.kube.target import api_client
 from conformance.providers import PROVIDERS, get_provider
+from conformance.providers.base import NodeFaults
 from conformance.report import summary
 from conformance.report.summary import AREAS, new_run_id, now
 from conformance.timeouts import Timeouts
@@ -153,6 +155,52 @@ def cluster_status(provider: str, kubeconfig: str | None, context: str | None) -
         return 0 if status.healthy else EXIT_ENVIRONMENT
 
     guarded(action)
+
+
+NODE_ACTIONS = {
+    "stop": "stopped, as a lost machine (its kubelet, runtime and pod processes)",
+    "start": "started again and Ready",
+    "cut": "cut off the network, its processes left running",
+    "heal": "joined to the network again",
+}
+
+
+@cluster.command("node")
+@click.argument("action", type=click.Choice(list(NODE_ACTIONS)))
+@click.argument("name")
+@provider_option
+def cluster_node(action: str, name: str, provider: str) -> None:
+    """Take a worker node away or give it back by hand, as the node-fault checks do: stop (a lost
+    machine), start (back, once Ready), cut (network off, processes alive), heal. Refused while a
+    run holds the cluster, whose verdict it would spoil."""
+
+    def run_action() -> int:
+        faults = _node_faults(provider)
+        if action in ("stop", "start"):
+            (faults.stop_node if action == "stop" else faults.start_node)(name)
+        else:
+            faults.isolate_node(name, cut=action == "cut")
+        click.echo(f"node {name} {NODE_ACTIONS[action]}")
+        return 0
+
+    guarded(run_action)
+
+
+def _node_faults(provider: str) -> NodeFaults:
+    """The provider's node faults, for a cluster that is up and that no run holds."""
+    made = get_provider(provider)
+    if not isinstance(made, NodeFaults):
+        raise UsageError(f"provider {provider} cannot take a node away", "use the local provider")
+    cluster = made.cluster()  # type: ignore[attr-defined]
+    if not cluster.kubeconfig.exists():
+        raise UsageError(f"no {provider} cluster is up", "run `kuberay-conformance cluster up` first")
+    holder = cluster_lock.live_holder(api_client(cluster.target))
+    if holder:
+        raise cluster_lock.LockHeld(
+            f"{holder.describe()} holds the cluster, whose verdict a node fault would spoil",
+            "wait until it ends, then try again",
+        )
+    return made
 
 
 @cluster.command("env")

@@ -1,12 +1,13 @@
-"""The local provider with worker nodes (KRC_LOCAL_NODES=cpu=1,gpu=1): every node Ready with its
+"""The local provider with worker nodes (the default profile's cpu=1,gpu=1): every node Ready with its
 group's taints and labels, pods placed by node group and reaching each other across nodes, a node
-stopped and started again rejoins, and `down` leaves nothing of any node.
+stopped and started again (`cluster node`) rejoins, and `down` leaves nothing of any node.
 
 They run last (after the one-node cluster was taken down) and end with the cluster down."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +15,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from conformance import cluster_lock
+from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE
 from conformance.kube.nodes import is_node_ready
 from conformance.kube.wait import wait_for
 from conformance.providers.local import images, nodes
 from conformance.providers.local.cleanup import POD_CGROUP_ROOT, mounts_below
 from conformance.providers.local.provider import CGROUP_NAME, LocalProvider, LocalSettings
+from conformance.report.summary import now
 
 pytestmark = pytest.mark.runs_last
 
@@ -128,15 +132,41 @@ def test_a_pod_without_the_gpu_toleration_never_lands_on_the_gpu_node(
     assert pod.spec.node_name is None
 
 
+def _cluster_node(*args: str) -> subprocess.CompletedProcess[str]:
+    """`kuberay-conformance cluster node ARGS`, as a user types it."""
+    program = Path(sys.executable).with_name("kuberay-conformance")
+    return subprocess.run([str(program), "cluster", "node", *args], capture_output=True, text=True,
+                          check=False, timeout=300)  # fmt: skip
+
+
+def test_cluster_node_refuses_while_a_run_holds_the_cluster_and_names_the_worker_nodes(
+    multinode: LocalProvider, core: client.CoreV1Api
+) -> None:
+    api = config.new_client_from_config(str(multinode.state.admin_kubeconfig))
+    cluster_lock.claim(api, "krc-test-holder", now())
+    try:
+        held = _cluster_node("stop", "krc-cpu-1")
+    finally:
+        cluster_lock.release("krc-test-holder")
+    assert held.returncode == EXIT_ENVIRONMENT, held
+    assert "run krc-test-holder" in held.stderr and "holds the cluster" in held.stderr, held.stderr
+    assert is_node_ready(core.read_node("krc-cpu-1")), "a refused `cluster node stop` stopped the node"
+    unknown = _cluster_node("cut", "krc-node")  # the control-plane node is no worker node
+    assert unknown.returncode == EXIT_USAGE and "krc-cpu-1" in unknown.stderr, unknown
+    assert len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr
+
+
 def test_a_stopped_worker_node_goes_not_ready_and_rejoins_with_its_gpus(
     multinode: LocalProvider, core: client.CoreV1Api
 ) -> None:
-    multinode.stop_node("krc-gpu-1")
+    stopped = _cluster_node("stop", "krc-gpu-1")
+    assert stopped.returncode == 0, stopped.stderr
     assert not [r for r in multinode.supervisor.records() if r.name.endswith("@krc-gpu-1")]
     # Kubernetes marks it after node-monitor-grace-period (50 s).
     wait_for(core.list_node, lambda n: not is_node_ready(n), what="krc-gpu-1 NotReady", timeout=120,
              field_selector="metadata.name=krc-gpu-1")  # fmt: skip
-    multinode.start_node("krc-gpu-1")
+    started = _cluster_node("start", "krc-gpu-1")
+    assert started.returncode == 0 and "started again and Ready" in started.stdout, started.stderr
 
     def rejoined(node: client.V1Node) -> bool:
         # The node controller lifts its unreachable taint a moment after the node is Ready again.
