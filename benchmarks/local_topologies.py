@@ -41,7 +41,7 @@ def measure(topology: str) -> dict[str, object]:
     pods = sum(rss_bytes(p) for p in pod_pids())
     total = sum(programs.values()) + children + pods
     return {
-        "topology": topology or "one node",
+        "topology": "one node" if not nodes.parse(topology) else topology,
         "nodes": 1 + len(provider.workers),
         "warm_up_s": up_s,
         "idle_rss_mib": round(total / 2**20),
@@ -59,7 +59,8 @@ def render(result: dict) -> str:
 
 Measured {result["date"]} on {result["machine"]} by `benchmarks/local_topologies.py`: warm `cluster up`
 (every build cached; until each node is Ready, the GPUs advertised and the StorageClass offered), then
-{IDLE_SETTLE_S} s idle and the resident memory of everything the cluster runs.
+{IDLE_SETTLE_S} s idle and the resident memory of everything the cluster runs. The default profile
+makes `cpu=1,gpu=1` (its `local.nodes`); `KRC_LOCAL_NODES=none` makes one node.
 
 | topology | nodes | warm `cluster up` (s) | idle memory (MiB) | of which programs | shims | pods |
 |---|---|---|---|---|---|---|
@@ -69,9 +70,9 @@ Measured {result["date"]} on {result["machine"]} by `benchmarks/local_topologies
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--topology", action="append", help="a KRC_LOCAL_NODES value ('' for one node)")
+    parser.add_argument("--topology", action="append", help="a KRC_LOCAL_NODES value (none: one node)")
     args = parser.parse_args()
-    topologies = args.topology if args.topology is not None else ["", "cpu=1,gpu=1"]
+    topologies = args.topology if args.topology is not None else ["none", "cpu=1,gpu=1"]
     result = {
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
