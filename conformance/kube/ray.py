@@ -94,8 +94,13 @@ class Ray:
             raise HeadPodMissing(f"expected one head pod of RayCluster {cluster}, found {len(pods)} {phases}")
         return pods[0]
 
-    def wait_replaced(self, cluster: str, lost: client.V1Pod, node_type: str, timeout: float) -> client.V1Pod:
-        """The Ready pod of `node_type` that KubeRay made in place of the deleted `lost`."""
+    def wait_replaced(
+        self, cluster: str, lost: client.V1Pod, node_type: str, timeout: float, group: str = ""
+    ) -> client.V1Pod:
+        """The Ready pod of `node_type` (of worker group `group`, when the cluster has several whose
+        pods are no replacement) that KubeRay made in place of the deleted `lost`."""
+        selector = f"ray.io/cluster={cluster},ray.io/node-type={node_type}"
+        selector += f",ray.io/group={group}" if group else ""
         with behaviour(f"a deleted {node_type} pod of {cluster} is replaced by a Ready one"):
             return wait_for(
                 self.core.list_namespaced_pod,
@@ -104,7 +109,7 @@ class Ray:
                 timeout=timeout,
                 describe=lambda p: f"{p.metadata.name} ({p.metadata.uid[:8]}): {p.status.phase}",
                 namespace=self.namespace,
-                label_selector=f"ray.io/cluster={cluster},ray.io/node-type={node_type}",
+                label_selector=selector,
             )
 
     def exec(self, pod: client.V1Pod, command: list[str], timeout: float = 120) -> str:

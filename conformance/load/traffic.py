@@ -213,6 +213,17 @@ def outage_s(records: Sequence[Record]) -> float:
     return round(max(times) - min(times), 2) if times else 0.0
 
 
+def longest_silence_s(records: Sequence[Record]) -> float:
+    """The longest time, from the first answer on, between two answered requests in a row or from
+    the last answer to the last request (by when they were sent): how long the app, as its clients
+    see it, said nothing at all. Failures beside answers are not silence; no answer at all is."""
+    if not records:
+        return 0.0
+    sent = sorted(r.sent for r in records)
+    answered = sorted(r.sent for r in records if r.ok) or [sent[0]]
+    return round(max((b - a for a, b in pairwise([*answered, sent[-1]])), default=0.0), 2)
+
+
 def promoted_at_full_shift(p: Promotion, old: str, new: str) -> str:
     """ "" when the last state before promotion routed 100% of traffic to `new` and 0% to `old`
     (targetCapacity may reach 0 in the same status update as the promotion, so it is not

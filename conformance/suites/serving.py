@@ -1,5 +1,6 @@
-"""Helpers the rayservice and upgrade suites share: the load generator's image, load through a
-Gateway, probing the app from inside the cluster, and recording what an upgrade did."""
+"""Helpers the rayservice, upgrade and node-fault suites share: the load generator's image, load through a
+Gateway (also around a fault), probing the app from inside the cluster, and recording what an
+upgrade did."""
 
 from __future__ import annotations
 
@@ -7,18 +8,20 @@ import contextlib
 import itertools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pytest
 from kubernetes import client
 
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import ExecError, Ray
-from conformance.kube.wait import behaviour, wait_for
+from conformance.kube.wait import behaviour, poll_until, wait_for
 from conformance.load import analysis, traffic
-from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image
+from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image, running
 from conformance.load.records import Record, parse_lines
 from conformance.timeouts import Timeouts
 
@@ -171,6 +174,44 @@ def save_load(
     return summary
 
 
+@dataclass
+class FaultLoad:
+    """Open-model load through the Gateway around a fault, with its timeline recorded."""
+
+    ray: Ray
+    conformance: Environment
+    target: tuple[str, str]  # the Gateway's address, the route's host
+    title: str
+    service: str  # the RayService whose status is sampled
+    cluster: str  # the RayCluster expected to answer
+    marks: list[tuple[float, str]]
+
+    @contextlib.contextmanager
+    def running(
+        self, timeouts: Timeouts, metrics: dict[str, float], request: pytest.FixtureRequest
+    ) -> Iterator[tuple[LoadGenerator, rs.Sampler]]:
+        """Load and the status sampler from the app's first answer on; on the way out the load
+        figures and the timeline, then the generator's and the sampler's self-checks."""
+        ray, (address, host) = self.ray, self.target
+        image = load_image(self.conformance)
+        gen = generator(ray.api, ray.namespace, image, address, host, max_duration_s=int(2 * timeouts.ready))
+        try:
+            with running(gen, timeouts.ready, check=False), rs.Sampler(ray, self.service) as sampler:
+                poll_until(
+                    lambda: answers(probe(ray, gen, address, host), "v1"),
+                    what="the app to answer under load before the fault",
+                    timeout=timeouts.ready,
+                    every=PROBE_INTERVAL_S,
+                )
+                yield gen, sampler
+        finally:
+            save_load(self.conformance, request.node.nodeid, self.title, gen.records, metrics,
+                      UPGRADE_RATE, old=self.cluster, marks=self.marks)  # fmt: skip
+            metrics["outage_s"] = traffic.outage_s(gen.records)
+        gen.check()  # a generator that did not keep its rate measured nothing
+        assert_sampled(sampler, metrics)
+
+
 def serve_endpoints(ray: Ray, service: str) -> set[str]:
     """The ready addresses behind `service`, from its EndpointSlices."""
     slices = client.DiscoveryV1Api(ray.api).list_namespaced_endpoint_slice(
@@ -185,18 +226,37 @@ def serve_endpoints(ray: Ray, service: str) -> set[str]:
     }
 
 
-def wait_serve_endpoints(ray: Ray, service: str, pod: client.V1Pod, who: str, timeout: float) -> None:
-    """Until `pod`'s address is the one ready endpoint of `service` (`who` names the pod). Watched:
-    each change to one of the Service's EndpointSlices has the union of all of them judged again."""
+def wait_serve_endpoints(
+    ray: Ray, service: str, pod: client.V1Pod | Sequence[client.V1Pod], who: str, timeout: float
+) -> None:
+    """Until the ready endpoints of `service` are exactly the addresses of `pod` (one or several;
+    `who` names them). Watched: each change to one of the Service's EndpointSlices has the union of
+    all of them judged again."""
+    pods = [pod] if isinstance(pod, client.V1Pod) else list(pod)
+    wanted = {p.status.pod_ip for p in pods}
+    names = ", ".join(f"{p.metadata.name} at {p.status.pod_ip}" for p in pods)
     wait_for(
         client.DiscoveryV1Api(ray.api).list_namespaced_endpoint_slice,
-        lambda _slice: serve_endpoints(ray, service) == {pod.status.pod_ip},
-        what=f"{service}'s ready endpoints to be {who}, {pod.metadata.name} at {pod.status.pod_ip}",
+        lambda _slice: serve_endpoints(ray, service) == wanted,
+        what=f"{service}'s ready endpoints to be {who}, {names}",
         timeout=timeout,
         describe=lambda _slice: f"ready endpoints {sorted(serve_endpoints(ray, service))}",
         namespace=ray.namespace,
         label_selector=f"kubernetes.io/service-name={service}",
     )
+
+
+def ready_again_on(ray: Ray, service: str, cluster: str, timeouts: Timeouts) -> None:
+    """The RayService Ready again after a fault, `cluster` still active and its app RUNNING."""
+    with behaviour("the RayService is Ready again on the same RayCluster"):
+        ray.wait(
+            "rayservices",
+            service,
+            lambda s: rs.is_ready(s) and rs.active_cluster(s) == cluster and rs.app_status(s) == "RUNNING",
+            what=f"Ready with {cluster} active and its app RUNNING",
+            timeout=timeouts.ready,
+            describe=rs.describe,
+        )
 
 
 def max_served_step(records: list[Record], new: str) -> float:

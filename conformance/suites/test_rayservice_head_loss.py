@@ -16,10 +16,8 @@ and the app keeps answering: failed requests are judged against `gcs_restart_fai
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -30,8 +28,7 @@ from conformance.kube import rayservice as rs
 from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, poll_until, wait_for
-from conformance.load import analysis, traffic
-from conformance.load.generator import LoadGenerator, running
+from conformance.load import analysis
 from conformance.profiles import Profile
 from conformance.suites import ray_processes, serving
 from conformance.timeouts import Timeouts
@@ -51,57 +48,6 @@ DATA_PLANE_S = 2
 @pytest.fixture
 def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
     return rs.rayservice_values(cluster_values, NAME)
-
-
-@dataclass
-class _Load:
-    """Open-model load through the Gateway around a fault, with its timeline recorded."""
-
-    ray: Ray
-    conformance: Environment
-    target: tuple[str, str]  # the Gateway's address, the route's host
-    title: str
-    cluster: str
-    marks: list[tuple[float, str]]
-
-    @contextlib.contextmanager
-    def running(
-        self, timeouts: Timeouts, metrics: dict[str, float], request: pytest.FixtureRequest
-    ) -> Iterator[tuple[LoadGenerator, rs.Sampler]]:
-        """Load and the status sampler from the app's first answer on; on the way out the load
-        figures and the timeline, then the generator's and the sampler's self-checks."""
-        ray, (address, host) = self.ray, self.target
-        image = serving.load_image(self.conformance)
-        gen = serving.generator(
-            ray.api, ray.namespace, image, address, host, max_duration_s=int(2 * timeouts.ready)
-        )
-        try:
-            with running(gen, timeouts.ready, check=False), rs.Sampler(ray, NAME) as sampler:
-                poll_until(
-                    lambda: serving.answers(serving.probe(ray, gen, address, host), "v1"),
-                    what="the app to answer under load before the fault",
-                    timeout=timeouts.ready,
-                    every=serving.PROBE_INTERVAL_S,
-                )
-                yield gen, sampler
-        finally:
-            serving.save_load(self.conformance, request.node.nodeid, self.title, gen.records, metrics,
-                              serving.UPGRADE_RATE, old=self.cluster, marks=self.marks)  # fmt: skip
-            metrics["outage_s"] = traffic.outage_s(gen.records)
-        gen.check()  # a generator that did not keep its rate measured nothing
-        serving.assert_sampled(sampler, metrics)
-
-
-def _ready_again_on(ray: Ray, cluster: str, timeouts: Timeouts) -> None:
-    with behaviour("the RayService is Ready again on the same RayCluster"):
-        ray.wait(
-            "rayservices",
-            NAME,
-            lambda s: rs.is_ready(s) and rs.active_cluster(s) == cluster and rs.app_status(s) == "RUNNING",
-            what=f"Ready with {cluster} active and its app RUNNING",
-            timeout=timeouts.ready,
-            describe=rs.describe,
-        )
 
 
 @pytest.mark.requires("gateway_api")
@@ -132,7 +78,9 @@ def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outag
     cluster, service = rs.active_cluster(svc), f"{NAME}-serve-svc"
     lost = ray.head_pod(cluster)
     marks: list[tuple[float, str]] = []
-    load = _Load(ray, conformance, (address, host), "head lost while serving", cluster, marks)
+    load = serving.FaultLoad(
+        ray, conformance, (address, host), "head lost while serving", NAME, cluster, marks
+    )
     with load.running(timeouts, metrics, request) as (gen, sampler):
         deleted = time.time()
         ray.core.delete_namespaced_pod(lost.metadata.name, ray.namespace, grace_period_seconds=0)
@@ -143,7 +91,7 @@ def test_head_lost_while_serving_comes_back_on_the_same_cluster_within_the_outag
         with behaviour(f"the serve Service {service} has the new head as its endpoint"):
             serving.wait_serve_endpoints(ray, service, head, "the new head", timeouts.ready)
         metrics["endpoints_moved_s"] = round(time.time() - deleted, 2)
-        _ready_again_on(ray, cluster, timeouts)
+        serving.ready_again_on(ray, NAME, cluster, timeouts)
         with behaviour("the app answers through the Gateway from the new head"):
             poll_until(
                 lambda: serving.answers(serving.probe(ray, gen, address, host), "v1"),
@@ -215,7 +163,7 @@ def test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_p
     head_restarts, worker_restarts = restarts(head), restarts(worker)
     marks: list[tuple[float, str]] = []
     title = "gcs_server killed on a GCS fault-tolerant RayService"
-    load = _Load(ray, conformance, (address, host), title, cluster, marks)
+    load = serving.FaultLoad(ray, conformance, (address, host), title, NAME, cluster, marks)
     with load.running(timeouts, metrics, request) as (gen, sampler):
         pid = ray_processes.the_process(ray, head, "gcs_server")
         killed = time.time()
@@ -233,7 +181,7 @@ def test_gcs_server_killed_on_a_fault_tolerant_rayservice_restarts_the_head_in_p
             )
         metrics["head_restarted_s"] = round(time.time() - killed, 2)
         marks.append((time.time(), "head Ready again"))
-        _ready_again_on(ray, cluster, timeouts)
+        serving.ready_again_on(ray, NAME, cluster, timeouts)
         metrics["recovery_s"] = round(time.time() - killed, 2)
         time.sleep(RECOVERED_WINDOW_S)  # poll-interval: a load window after the recovery, judged below
     budget = profile.thresholds["gcs_restart_failed_requests"]

@@ -329,3 +329,17 @@ def test_a_load_that_missed_a_phase_is_a_finding_not_a_pass() -> None:
         "no requests were sent while the RayService was Suspended",
         "no requests were sent after the resumed RayService was Ready",
     ]
+
+
+def test_silence_is_the_longest_stretch_without_any_answer_not_the_failures_beside_answers() -> None:
+    # Half the requests failing (a lost proxy still behind the Service) is no silence...
+    halves = [
+        Record(T0 + i / 2, 0.01, 200 if i % 2 else 503, "" if i % 2 else "http_503", "c") for i in range(40)
+    ]
+    assert traffic.longest_silence_s(halves) == 1.0
+    # ... 12 s in which nothing answered is.
+    dark = _requests(0, 10, ok=True) + _requests(10, 22, ok=False) + _requests(22, 30, ok=True)
+    assert traffic.longest_silence_s(dark) == 13.0
+    # An app that never answers again, or never answered, is silent to the end.
+    assert traffic.longest_silence_s(_requests(0, 10, ok=True) + _requests(10, 30, ok=False)) == 20.0
+    assert traffic.longest_silence_s(_requests(0, 5, ok=False)) == 4.0
