@@ -105,6 +105,9 @@ class Thresholds(Section):
     gcs_restart_failed_requests: Annotated[int, Field(ge=0)] = Field(
         0, description="failed requests allowed while a GCS fault-tolerant RayService's gcs_server restarts"
     )
+    node_loss_silence_s: Annotated[float, Field(ge=0)] = Field(
+        5, description="a RayService that lost a worker node's replica and proxy is silent no longer"
+    )
 
     def __getitem__(self, key: str) -> Any:
         if key not in type(self).model_fields:

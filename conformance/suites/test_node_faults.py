@@ -1,9 +1,12 @@
-"""Area fault-recovery, node level: a worker node lost, or cut off from the network and healed.
+"""Area fault-recovery, node level: a worker node lost (also under a RayService serving through the
+Gateway), or cut off from the network and healed; the head's node lost.
 
 The provider takes the node away (providers.base.NodeFaults: the local provider with worker nodes, the
 default profile's); elsewhere these checks are not applicable. The Ray cluster of a check has its head
 kept on a node no fault touches and its one worker preferring the node the check takes away, so
-the worker is lost with it and its replacement can go elsewhere.
+the worker is lost with it and its replacement can go elsewhere. Before the fault the node is
+cordoned and the cluster's own services on it (the operator, the Gateway, storage) are moved off:
+the fault tests KubeRay's recovery, not the recovery of the operator or of the Gateway themselves.
 
 What Kubernetes does in between is the environment's, not KubeRay's: the node turns NotReady after
 the node monitor's grace period, and its pods are evicted once their not-ready/unreachable
@@ -17,21 +20,26 @@ garbage collector removes its pods, or when the node comes back and its kubelet 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from conformance.environment import Environment
+from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.nodes import is_node_ready
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, poll_until, wait_for, wait_gone
+from conformance.load import analysis, traffic
 from conformance.plugin import NOT_APPLICABLE
+from conformance.profiles import Profile
 from conformance.providers.base import NodeFaults
-from conformance.suites import ray_processes
+from conformance.suites import ray_processes, serving
 from conformance.suites.ray_membership import COUNTER_ACTOR, ray_workers, until_workers_alive
 from conformance.timeouts import Timeouts
 
@@ -88,6 +96,56 @@ def _cluster_on(
     return worker
 
 
+def _evict(ray: Ray, pod: client.V1Pod) -> None:
+    meta = client.V1ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace)
+    try:
+        ray.core.create_namespaced_pod_eviction(meta.name, meta.namespace, client.V1Eviction(metadata=meta))
+    except ApiException as exc:
+        if exc.status != 404:  # gone already: nothing to move
+            raise
+
+
+def _of_a_service(pod: client.V1Pod) -> bool:
+    """Made by a Deployment or a StatefulSet: evicted, it comes back on another node."""
+    return any(o.kind in ("ReplicaSet", "StatefulSet") for o in pod.metadata.owner_references or [])
+
+
+@contextlib.contextmanager
+def _only_the_check_on(ray: Ray, node: str, timeout: float) -> Iterator[None]:
+    """`node` cordoned, and the cluster's own services on it (the operator, the Gateway, storage,
+    DNS: pods of Deployments and StatefulSets of other namespaces) evicted and Ready elsewhere,
+    before a fault takes it away: the fault then tests KubeRay's recovery, not the recovery of the
+    operator itself or of the Gateway the load goes through, and the check's later pods (its load
+    generator) land elsewhere too. Uncordoned at the end (a deleted Node comes back uncordoned)."""
+
+    def services_on_node() -> list[client.V1Pod]:
+        pods = ray.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        return [p for p in pods if p.metadata.namespace != ray.namespace and _of_a_service(p)]
+
+    ray.core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        moved = services_on_node()
+        for pod in moved:
+            _evict(ray, pod)
+        apps = client.AppsV1Api(ray.api)
+
+        def settled() -> bool | None:
+            if services_on_node():
+                return None
+            for namespace in {p.metadata.namespace for p in moved}:
+                for made in apps.list_namespaced_deployment(namespace).items:
+                    if (made.status.available_replicas or 0) < (made.spec.replicas or 0):
+                        return None
+            return True
+
+        names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in moved]
+        poll_until(settled, what=f"the cluster's services {names} Ready off {node}", timeout=timeout, every=2)
+        yield
+    finally:
+        with contextlib.suppress(ApiException):  # a Node deleted and not back yet: nothing to undo
+            ray.core.patch_node(node, {"spec": {"unschedulable": False}})
+
+
 def _wait_node(ray: Ray, name: str, ready: bool, since: float = 0.0) -> float:
     """Kubernetes turning the node Ready or NotReady (the environment: a timeout is an error);
     returns the seconds from `since` (epoch) to the Ready condition's change, as the node says."""
@@ -132,21 +190,22 @@ def test_a_lost_worker_node_s_ray_worker_is_replaced_elsewhere_once_the_node_is_
     victim, keeper = _victim_and_keeper(ray, conformance.capabilities.fault_nodes)
     old = _cluster_on(ray, cluster_values, "lost", victim, keeper, timeouts)
     old_ray_node = _ray_node_of(ray, "lost", old)
-    lost, lost_at = time.monotonic(), time.time()
-    try:
-        faults.stop_node(victim)
-        with behaviour("Ray marks the lost worker node dead"):
-            _until_dead_in_ray(ray, "lost", old_ray_node, RAY_MARKS_DEAD_S)
-        metrics["ray_dead_s"] = round(time.monotonic() - lost, 2)
-        metrics["node_not_ready_s"] = _wait_node(ray, victim, ready=False, since=lost_at)
-        ray.core.delete_node(victim)
-        gone = time.monotonic()
-        new = ray.wait_replaced("lost", old, "worker", timeouts.ready)
-        with behaviour("the replacement worker joins Ray in place of the lost one"):
-            joined = until_workers_alive(ray, "lost", timeouts.ready)
-        metrics["recovery_s"] = round(time.monotonic() - gone, 2)
-    finally:
-        faults.start_node(victim)  # returns once the node is Ready again
+    with _only_the_check_on(ray, victim, timeouts.ready):
+        try:
+            lost, lost_at = time.monotonic(), time.time()
+            faults.stop_node(victim)
+            with behaviour("Ray marks the lost worker node dead"):
+                _until_dead_in_ray(ray, "lost", old_ray_node, RAY_MARKS_DEAD_S)
+            metrics["ray_dead_s"] = round(time.monotonic() - lost, 2)
+            metrics["node_not_ready_s"] = _wait_node(ray, victim, ready=False, since=lost_at)
+            ray.core.delete_node(victim)
+            gone = time.monotonic()
+            new = ray.wait_replaced("lost", old, "worker", timeouts.ready)
+            with behaviour("the replacement worker joins Ray in place of the lost one"):
+                joined = until_workers_alive(ray, "lost", timeouts.ready)
+            metrics["recovery_s"] = round(time.monotonic() - gone, 2)
+        finally:
+            faults.start_node(victim)  # returns once the node is Ready again
     assert new.spec.node_name != victim, f"the replacement runs on the lost node {victim}"
     assert list(joined) == [new.metadata.name], f"alive Ray workers {joined}, replacement {new.metadata.name}"
     assert joined[new.metadata.name] != old_ray_node, "the replacement reports the lost worker's Ray node id"
@@ -171,18 +230,19 @@ def test_a_worker_node_cut_off_is_dead_to_ray_and_replaced_once_it_is_back(
     victim, keeper = _victim_and_keeper(ray, conformance.capabilities.fault_nodes)
     old = _cluster_on(ray, cluster_values, "cut", victim, keeper, timeouts)
     old_ray_node = _ray_node_of(ray, "cut", old)
-    cut, cut_at = time.monotonic(), time.time()
-    try:
-        faults.isolate_node(victim, cut=True)
-        with behaviour("Ray marks the unreachable worker node dead"):
-            _until_dead_in_ray(ray, "cut", old_ray_node, RAY_MARKS_DEAD_S)
-        metrics["ray_dead_s"] = round(time.monotonic() - cut, 2)
-        metrics["node_not_ready_s"] = _wait_node(ray, victim, ready=False, since=cut_at)
-        _wait_evicted(ray, old)
-        others = [p for p in ray.pods("cut", "worker") if p.metadata.uid != old.metadata.uid]
-        metrics["replaced_while_cut"] = float(bool(others))
-    finally:
-        faults.isolate_node(victim, cut=False)
+    with _only_the_check_on(ray, victim, timeouts.ready):
+        try:
+            cut, cut_at = time.monotonic(), time.time()
+            faults.isolate_node(victim, cut=True)
+            with behaviour("Ray marks the unreachable worker node dead"):
+                _until_dead_in_ray(ray, "cut", old_ray_node, RAY_MARKS_DEAD_S)
+            metrics["ray_dead_s"] = round(time.monotonic() - cut, 2)
+            metrics["node_not_ready_s"] = _wait_node(ray, victim, ready=False, since=cut_at)
+            _wait_evicted(ray, old)
+            others = [p for p in ray.pods("cut", "worker") if p.metadata.uid != old.metadata.uid]
+            metrics["replaced_while_cut"] = float(bool(others))
+        finally:
+            faults.isolate_node(victim, cut=False)
     healed = time.monotonic()
     new = ray.wait_replaced("cut", old, "worker", timeouts.ready)
     with behaviour("after the heal the replacement joins Ray and the cut-off worker stays dead"):
@@ -261,20 +321,23 @@ def test_the_head_s_node_lost_gives_the_cluster_a_new_head_elsewhere(
         placed = f"{old.spec.node_name} and {worker.spec.node_name}"
         raise RuntimeError(f"the head and the worker landed on {placed}, not on {victim} and {keeper}")
     before = _counter(ray.python_in_head("headless", COUNTER)) if gcs_ft else (0, "")
-    lost_at = time.time()
-    try:
-        faults.stop_node(victim)
-        metrics["node_not_ready_s"] = _wait_node(ray, victim, ready=False, since=lost_at)
-        ray.core.delete_node(victim)
-        gone = time.monotonic()
-        new = ray.wait_replaced("headless", old, "head", timeouts.ready)
-        with behaviour("the worker is alive in the new head's view"):
-            ray.wait_cluster_ready("headless", timeouts.ready)
-            until_workers_alive(ray, "headless", timeouts.ready)
-        metrics["recovery_s"] = round(time.monotonic() - gone, 2)
-        answer = ray_processes.until_head_answers(ray, "headless", COUNTER, timeouts.ready) if gcs_ft else ""
-    finally:
-        faults.start_node(victim)  # returns once the node is Ready again
+    with _only_the_check_on(ray, victim, timeouts.ready):
+        try:
+            lost_at = time.time()
+            faults.stop_node(victim)
+            metrics["node_not_ready_s"] = _wait_node(ray, victim, ready=False, since=lost_at)
+            ray.core.delete_node(victim)
+            gone = time.monotonic()
+            new = ray.wait_replaced("headless", old, "head", timeouts.ready)
+            with behaviour("the worker is alive in the new head's view"):
+                ray.wait_cluster_ready("headless", timeouts.ready)
+                until_workers_alive(ray, "headless", timeouts.ready)
+            metrics["recovery_s"] = round(time.monotonic() - gone, 2)
+            answer = (
+                ray_processes.until_head_answers(ray, "headless", COUNTER, timeouts.ready) if gcs_ft else ""
+            )
+        finally:
+            faults.start_node(victim)  # returns once the node is Ready again
     assert new.spec.node_name != victim, f"the new head runs on the lost node {victim}"
     if gcs_ft:
         after = _counter(answer)
@@ -295,4 +358,108 @@ def _wait_evicted(ray: Ray, pod: Any) -> None:
         timeout=NODE_STATE_S + EVICTED_AFTER_S,
         namespace=ray.namespace,
         field_selector=f"metadata.name={pod.metadata.name}",
+    )
+
+
+# A RayService on the node-fault layout: its head on the node that stays and kept out of the serve
+# Service, two Serve replicas on two workers, one preferring the node taken away and one pinned to
+# the node that stays (rayservice.yaml's serve and kept groups). A replica takes a worker's whole
+# Ray CPU: the lost replica cannot double up on the kept worker (seen with 0.1 CPU replicas: Serve
+# restarted it there before the replacement joined, and a worker without a replica stays out of
+# the serve Service by design), so Serve places it on the replacement once that joins.
+SERVICE = "nodeloss"
+REPLICA_CPUS = 1  # each serve worker's num-cpus in rayservice.yaml
+RECOVERED_WINDOW_S = 10  # the load goes on this long once the service is whole
+DATA_PLANE_S = 2  # answers this soon after the replacement joined the serve Service are not judged
+
+
+def _serve_worker(ray: Ray, cluster: str, group: str) -> Any:
+    (pod,) = [p for p in ray.pods(cluster, "worker") if p.metadata.labels.get("ray.io/group") == group]
+    return pod
+
+
+@pytest.mark.requires("gateway_api")
+def test_a_rayservice_keeps_answering_through_the_gateway_while_a_worker_node_is_lost(
+    ray: Ray,
+    conformance: Environment,
+    cluster_values: dict[str, Any],
+    profile: Profile,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+    request: pytest.FixtureRequest,
+) -> None:
+    """A Ready RayService with a Serve replica and proxy on a worker node that is lost (then its
+    Node deleted, as a cloud does) and another on a node that stays, under 20 req/s through the
+    Gateway. Requests the Gateway still sends to the lost proxy fail until Kubernetes marks its
+    pod NotReady (measured, not judged: the environment's); the app must keep answering the rest.
+    KubeRay replaces the lost worker in the same RayCluster, the replacement is put behind the
+    serve Service only once its proxy answers (KubeRay's readiness probe on RayService workers),
+    and the RayService stays on its cluster and is Ready. Records `node_not_ready_s`,
+    `silence_s` (the longest stretch without an answer), `failed_requests`, `recovery_s` (from
+    the Node's deletion to the service whole again) and a per-second timeline.
+
+    Sources (v1.7.0): controllers/ray/common/pod.go (RayService workers' readiness probe checks
+    the Serve proxy, `-/healthz`; their ray.io/serve label is always true);
+    controllers/ray/rayservice_controller.go (a RayCluster spec unchanged: no new cluster).
+
+    Catches: the lost worker never replaced or its replacement never behind the serve Service; a
+    replacement put behind it before its proxy answers (failures once it is behind the Service);
+    a node loss answered with a new RayCluster; a RayService not Ready again on its cluster; the
+    app silent longer than `thresholds.node_loss_silence_s`."""
+    faults = _faults(conformance)
+    victim, keeper = _victim_and_keeper(ray, conformance.capabilities.fault_nodes)
+    values = rs.rayservice_values(
+        cluster_values, SERVICE, serve_workers=1, serve_replicas=2, replica_cpus=REPLICA_CPUS,
+        head_node=keeper, serve_prefer_node=victim, serve_evicted_after_s=EVICTED_AFTER_S,
+        kept_serve_node=keeper,
+    )  # fmt: skip
+    gateway_class = profile.gateway_class
+    svc, address, host = serving.ready_behind_own_gateway(ray, values, gateway_class, timeouts, metrics)
+    cluster, service = rs.active_cluster(svc), f"{SERVICE}-serve-svc"
+    lost, kept = _serve_worker(ray, cluster, "serve"), _serve_worker(ray, cluster, "kept")
+    if lost.spec.node_name != victim:  # a preference the scheduler did not follow: the environment
+        raise RuntimeError(f"the serve worker landed on {lost.spec.node_name}, not on {victim} as preferred")
+    with behaviour(f"the serve Service {service} has both workers' proxies"):
+        serving.wait_serve_endpoints(ray, service, [lost, kept], "both workers", timeouts.ready)
+    marks: list[tuple[float, str]] = []
+    load = serving.FaultLoad(ray, conformance, (address, host), "a worker node lost while serving",
+                             SERVICE, cluster, marks)  # fmt: skip
+    with _only_the_check_on(ray, victim, timeouts.ready):
+        try:
+            with load.running(timeouts, metrics, request) as (gen, sampler):
+                lost_at = time.time()
+                faults.stop_node(victim)
+                marks.append((lost_at, f"node {victim} lost"))
+                metrics["node_not_ready_s"] = _wait_node(ray, victim, ready=False, since=lost_at)
+                ray.core.delete_node(victim)
+                gone = time.time()
+                marks.append((gone, f"Node {victim} deleted"))
+                new = ray.wait_replaced(cluster, lost, "worker", timeouts.ready, group="serve")
+                with behaviour(f"the replacement worker's proxy joins the serve Service {service}"):
+                    both = "the replacement and the kept worker"
+                    serving.wait_serve_endpoints(ray, service, [new, kept], both, timeouts.ready)
+                behind = time.time()
+                marks.append((behind, f"{new.metadata.name} behind {service}"))
+                serving.ready_again_on(ray, SERVICE, cluster, timeouts)
+                whole = time.time()
+                marks.append((whole, f"RayService {SERVICE} Ready on {cluster}"))
+                metrics["recovery_s"] = round(whole - gone, 2)
+                time.sleep(RECOVERED_WINDOW_S)  # poll-interval: a load window once whole, judged below
+        finally:
+            faults.start_node(victim)  # returns once the node is Ready again
+    records = gen.records
+    budget = profile.thresholds["node_loss_silence_s"]
+    metrics["silence_s"], metrics["silence_budget_s"] = traffic.longest_silence_s(records), budget
+    assert not [s for s in sampler.samples if s.pending], "the node loss made a pending RayCluster"
+    answered = {r.backend for r in records if r.ok}
+    assert answered == {cluster}, f"answers came from {sorted(answered)}, not only {cluster}"
+    assert new.spec.node_name != victim, f"the replacement runs on the lost node {victim}"
+    assert metrics["silence_s"] <= budget, (
+        f"the app did not answer for {metrics['silence_s']}s while a worker node was lost, over the "
+        f"{budget}s budget (thresholds.node_loss_silence_s): {analysis.summarize(records).describe()}"
+    )
+    late = [r for r in records if r.sent > behind + DATA_PLANE_S and not r.ok]
+    assert not late, (
+        f"{len(late)} failed requests once the replacement {new.metadata.name} was behind {service}: "
+        f"{analysis.error_details(late)}"
     )

@@ -15,6 +15,7 @@ NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
 KILLED_PROCESS = RECOVERY + "test_head_whose_ray_process_was_killed_is_replaced_and_workers_rejoin"
 REDIS_USER_CHECK = RECOVERY + "test_gcs_ft_with_a_redis_user_keeps_and_cleans_its_state"
 REDIS_SECRET_CHECK = RECOVERY + "test_gcs_ft_with_a_redis_password_from_a_secret_keeps_and_cleans_its_state"
+SERVING_NODE_LOSS = "test_a_rayservice_keeps_answering_through_the_gateway_while_a_worker_node_is_lost"
 AUTOSCALING_AFTER_HEAD_LOSS = (
     "test_autoscaling.py::test_autoscaling_keeps_working_after_a_gcs_fault_tolerant_head_is_lost"
 )
@@ -27,6 +28,16 @@ def stop_operator_once_a_cluster_is_ready(rogue: Rogue) -> None:
         if status.get("state") == "ready" and status.get("readyWorkerReplicas", 0) >= 1:
             _scale_operator(rogue, 0)
             rogue.acted(f"scaled the operator to 0 once {cluster['metadata']['name']} was ready")
+            return
+
+
+def stop_operator_once_a_rayservice_is_ready(rogue: Rogue) -> None:
+    """An operator that stops reconciling (scaled to 0 behind its back) once a RayService is Ready."""
+    for service in rogue.ray_objects("rayservices"):
+        conditions = service.get("status", {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            _scale_operator(rogue, 0)
+            rogue.acted(f"scaled the operator to 0 once RayService {service['metadata']['name']} was Ready")
             return
 
 
@@ -147,6 +158,27 @@ FAULTS = [
         "cut-off",
         "a node cut off from the network",
         "test_a_worker_node_cut_off_is_dead_to_ray_and_replaced_once_it_is_back",
+    ),
+    Fault(
+        name="operator-stops-before-a-serving-node-is-lost",
+        area="fault-recovery",
+        misbehaviour="the operator stops reconciling once the RayService is Ready: the serve worker of a "
+        "lost node is never replaced, so the service is never whole again",
+        rogue=stop_operator_once_a_rayservice_is_ready,
+        worker_nodes=True,
+        catches=(NODES + SERVING_NODE_LOSS,),
+        run_args=("--timeout", "ready=120"),
+        evidence="replaced by a Ready one",
+    ),
+    Fault(
+        name="serve-worker-in-service-before-its-proxy-answers",
+        area="fault-recovery",
+        misbehaviour="RayService workers get no readiness probe on their Serve proxy: the replacement of a "
+        "lost node's worker is behind the serve Service as soon as it starts, and requests sent to it fail",
+        env={"ENABLE_PROBES_INJECTION": "false"},  # KubeRay's switch for the probes it injects (pod.go)
+        worker_nodes=True,
+        catches=(NODES + SERVING_NODE_LOSS,),
+        evidence="failed requests once the replacement",
     ),
     Fault(
         name="head-never-recreated-after-its-node-is-lost",
