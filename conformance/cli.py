@@ -191,7 +191,7 @@ def _node_faults(provider: str) -> NodeFaults:
     made = get_provider(provider)
     if not isinstance(made, NodeFaults):
         raise UsageError(f"provider {provider} cannot take a node away", "use the local provider")
-    cluster = made.cluster()  # type: ignore[attr-defined]
+    cluster = made.cluster()
     if not cluster.kubeconfig.exists():
         raise UsageError(f"no {provider} cluster is up", "run `kuberay-conformance cluster up` first")
     holder = cluster_lock.live_holder(api_client(cluster.target))

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from conformance.timeouts import Timeouts
 
+MAX_NODES_PER_GROUP = 4  # local worker nodes per group: each costs about 200 MiB idle and a share of 2 cores
+
 # source: built from the checkout --kuberay-source names, installed with its own chart (or kustomize).
 KubeRayInstall = Literal["local-build", "helm", "existing", "source"]
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
@@ -130,7 +132,7 @@ class Gpu(Section):
     simulated: bool = Field(description="GPUs advertised by a status patch (local provider)")
 
 
-NodeCount = Annotated[int, Field(ge=0, le=4)]
+NodeCount = Annotated[int, Field(ge=0, le=MAX_NODES_PER_GROUP)]
 
 
 class LocalNodes(Section):

@@ -73,6 +73,10 @@ class NodeFaults(Protocol):
     """What a provider offers that can take a worker node away and give it back (the local one);
     the node-fault checks are not applicable on the others."""
 
+    def cluster(self) -> Cluster:
+        """The cluster whose nodes these are, as `up` returned it (its kubeconfig may not exist yet)."""
+        ...
+
     def worker_nodes(self) -> list[str]:
         """Names of the nodes a fault may take: never the one the API server runs on."""
         ...

@@ -33,15 +33,19 @@ def test_groups_are_read_in_a_fixed_order_with_addresses_of_their_own() -> None:
     assert all(len(n.fabric_veth) <= 15 for n in workers)  # the kernel's limit on link names
 
 
-@pytest.mark.parametrize("spec", ["cpu", "cpu=one", "tpu=1", "cpu=1,cpu=2", "gpu=9"])
+@pytest.mark.parametrize("spec", ["", "cpu", "cpu=one", "tpu=1", "cpu=1,cpu=2", "gpu=9"])
 def test_a_topology_that_cannot_be_read_is_refused_with_the_form_to_use(spec: str) -> None:
     with pytest.raises(UsageError) as caught:
         nodes.parse(spec)
     assert nodes.NODES_ENV in str(caught.value) and "cpu=N,gpu=M" in caught.value.fix
 
 
-def test_no_worker_nodes_is_the_one_node_cluster() -> None:
-    assert nodes.parse("") == () and nodes.describe(()) == ""
+def test_no_worker_nodes_is_the_one_node_cluster_and_spelled_none(tmp_path: Path) -> None:
+    assert nodes.parse("none") == () and nodes.describe(()) == "none"
+    assert nodes.parse(nodes.describe(nodes.parse("cpu=0"))) == ()
+    record = tmp_path / "topology"
+    record.write_text("")  # a one-node cluster's record, as earlier versions wrote it
+    assert nodes.recorded(record) == "none" and nodes.recorded(tmp_path / "absent") == "none"
 
 
 def test_only_gpu_nodes_carry_the_eks_gpu_taint_and_labels() -> None:

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.errors import UsageError
+from conformance.profiles.schema import MAX_NODES_PER_GROUP
 
 from .layout import Network, StateLayout
 
 GROUPS = ("cpu", "gpu")
 NODES_ENV = "KRC_LOCAL_NODES"
 ONE_NODE = "none"  # the KRC_LOCAL_NODES value of a cluster without worker nodes
-MAX_NODES_PER_GROUP = 4
 GPU_TAINT = ("nvidia.com/gpu", "present", "NoSchedule")  # infra/terraform/eks/main.tf gpu_taint
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "kuberay-conformance.io/gpu": "true"}  # gpu_node_labels
 GROUP_LABEL = "kuberay-conformance.io/node-group"
@@ -84,10 +84,10 @@ class WorkerNode:
 
 
 def parse(spec: str) -> tuple[WorkerNode, ...]:
-    """Worker nodes from `cpu=N,gpu=M` (either may be left out; empty or `none`: the one-node cluster)."""
+    """Worker nodes from `cpu=N,gpu=M` (either may be left out; `none`: the one-node cluster)."""
     counts: dict[str, int] = {}
     parts = [] if spec.strip() == ONE_NODE else [p.strip() for p in spec.split(",")]
-    for part in filter(None, parts):
+    for part in parts:
         found = _SPEC.match(part)
         if not found or found.group(1) in counts or int(found.group(2)) > MAX_NODES_PER_GROUP:
             raise UsageError(
@@ -118,10 +118,11 @@ def asked(profile_nodes: Mapping[str, int]) -> tuple[WorkerNode, ...]:
 
 def recorded(path: Path) -> str:
     """The topology a cluster was made with (kept in its state), so that `status` and `down` find
-    every node whatever the environment of the later command says."""
-    return path.read_text().strip() if path.exists() else ""
+    every node whatever the environment of the later command says. An empty record is a one-node
+    cluster's, as versions before `none` wrote it."""
+    return (path.read_text().strip() or ONE_NODE) if path.exists() else ONE_NODE
 
 
 def describe(nodes: tuple[WorkerNode, ...]) -> str:
     groups = {g: sum(1 for n in nodes if n.group == g) for g in GROUPS}
-    return ",".join(f"{g}={c}" for g, c in groups.items() if c)
+    return ",".join(f"{g}={c}" for g, c in groups.items() if c) or ONE_NODE

@@ -154,8 +154,7 @@ class LocalProvider:
         made, asked = nodes.recorded(self.state.topology), nodes.describe(self.settings.worker_nodes)
         if self.state.topology.exists() and made != asked:
             raise UsageError(
-                f"the local cluster was made with worker nodes {made or 'none'!r}, not {asked or 'none'!r}"
-                f" ({nodes.NODES_ENV})",
+                f"the local cluster was made with worker nodes {made!r}, not {asked!r} ({nodes.NODES_ENV})",
                 f"run `kuberay-conformance cluster down` first, or set {nodes.NODES_ENV}={made}",
             )
 
