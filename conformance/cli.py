@@ -18,7 +18,7 @@ from typing import NoReturn
 import click
 import pytest
 
-from conformance import capacity, cluster_lock, interrupts, parallel, profiles
+from conformance import capacity, cluster_lock, interrupts, parallel, profiles, suite_session
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.kube.target import api_client
@@ -336,14 +336,8 @@ def run_command(
     """Run the conformance suites and write reports/<run-id>/ (summary.json, junit.xml, allure-results/)."""
 
     def pytest_args(target: Path) -> list[str]:
-        # The repository as rootdir, so check ids read conformance/suites/test_x.py::name.
-        rootdir = Path(__file__).resolve().parent.parent
         args = [
-            f"--rootdir={rootdir}",
-            "--pyargs",
-            "conformance.suites",
-            "-p",
-            "no:cacheprovider",
+            *suite_session.args(),
             "-ra",
             "--conformance-provider",
             provider,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
+from conformance import suite_session
 from conformance.errors import HarnessError, UsageError
 from conformance.plugin import _area, _issues
 
@@ -82,9 +82,7 @@ def collect(
     keyword: str | None,
     kuberay_source: str | None = None,
 ) -> list[Check]:
-    rootdir = Path(__file__).resolve().parent.parent  # check ids read conformance/suites/test_x.py::name
-    args = [f"--rootdir={rootdir}", "--pyargs", "conformance.suites", "--collect-only"]
-    args += ["-p", "no:cacheprovider", "-p", "no:terminal"]
+    args = [*suite_session.args(), "--collect-only", "-p", "no:terminal"]
     args += ["--conformance-provider", "local", "--conformance-profile", profile]
     for area in areas:
         args += ["--conformance-area", area]

@@ -41,7 +41,17 @@ def _kubeconfig(tmp_path: Path, listener: socket.socket) -> Path:
     return path
 
 
+def _a_users_pytest_project(root: Path) -> set[Path]:
+    """A working directory with pytest options and a conftest that a session of the suites must not take."""
+    (root / "tests").mkdir()
+    (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--not-an-option"\n')
+    (root / "tests" / "conftest.py").write_text('raise RuntimeError("the working directory\'s conftest")\n')
+    return {root / "tests", root / "pyproject.toml"}
+
+
 def test_list_prints_every_area_with_preconditions_and_touches_nothing(tmp_path: Path, trap) -> None:
+    """Also inside a user's own pytest project: its options and conftest files stay out."""
+    project = _a_users_pytest_project(tmp_path)
     program = Path(sys.executable).with_name("kuberay-conformance")
     env = {"PATH": "/usr/bin:/bin", "KUBECONFIG": str(_kubeconfig(tmp_path, trap))}
     result = subprocess.run(
@@ -55,7 +65,7 @@ def test_list_prints_every_area_with_preconditions_and_touches_nothing(tmp_path:
     assert any("requires gpu" in row for row in checks)
     assert any("kuberay#" in row for row in checks)
     assert not _touched(trap)
-    assert list(tmp_path.iterdir()) == [tmp_path / "kubeconfig"]  # no reports/ folder
+    assert set(tmp_path.iterdir()) == {tmp_path / "kubeconfig", *project}  # no reports/ folder
 
 
 def test_list_selects_by_area() -> None:
