@@ -38,11 +38,10 @@ from kubernetes.dynamic import DynamicClient
 
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import kuberay
+from conformance.install.cli_tools import tool_binary
 from conformance.install.kuberay_source import Checkout
 from conformance.kube.target import KubeTarget
 from conformance.progress import progress
-from conformance.providers.local import gobuild, pins
-from conformance.providers.local.layout import cache_dir
 
 RELEASE = kuberay.NAME  # the release name KubeRay's docs use; the chart names its objects after it
 HELM = "helm"
@@ -61,20 +60,6 @@ LOCAL_RESOURCES = {
 
 
 # --- the helm and kustomize programs ---------------------------------------------------------
-
-
-def tool_binary(name: str) -> str:
-    """`helm` or `kustomize` at its pin, built from the Go module proxy when Go is here (the local
-    provider, CI runners with Go); otherwise the one on PATH."""
-    if shutil.which("go"):
-        return str(gobuild.ensure_built(pins.TOOLS[name], cache_dir()) / name)
-    found = shutil.which(name)
-    if not found:
-        raise ProvisioningError(
-            f"{name} is not installed and Go is not there to build it",
-            f"install Go 1.26 (the harness builds {name} {pins.TOOLS[name].version}) or put {name} on PATH",
-        )
-    return found
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.errors import ProvisioningError, UsageError
+from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import RunWorkspace, TerraformProvider, env_count, slug
 
 DEFAULT_WORKERS = 2
@@ -68,9 +69,8 @@ class KindProvider(TerraformProvider):
 
     @property
     def cache(self) -> Path:
-        """Where the Go builds and the image archive are cached: a user's directory, not /var/cache."""
-        default = Path.home() / ".cache" / "kuberay-conformance"
-        return Path(os.environ.get("KRC_CACHE_DIR", default))
+        """Where the Go builds and the image archive are cached (a user's own directory unless root)."""
+        return cache_dir()
 
     def cluster_name(self) -> str:
         if self._cluster is not None and self._cluster.facts.get("cluster_name"):

@@ -14,12 +14,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_CACHE_DIR = Path("/var/cache/kuberay-conformance")
+SYSTEM_CACHE_DIR = Path("/var/cache/kuberay-conformance")
 DEFAULT_STATE_DIR = Path("/var/lib/kuberay-conformance/local")
+CACHE_NAME = "kuberay-conformance"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("KRC_CACHE_DIR", DEFAULT_CACHE_DIR))
+    """Where builds (Go tools, images, npm packages) are kept, keyed by version.
+
+    KRC_CACHE_DIR wins. Otherwise root (the local provider, which needs root anyway) shares the
+    machine-wide /var/cache; any other user (a CI runner, a laptop) gets its own cache directory,
+    as the XDG base directory spec puts it, because /var/cache is not theirs to write."""
+    if override := os.environ.get("KRC_CACHE_DIR"):
+        return Path(override)
+    if os.geteuid() == 0:
+        return SYSTEM_CACHE_DIR
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / CACHE_NAME
 
 
 @contextmanager
