@@ -123,6 +123,29 @@ def within_this_machine(room: Room) -> Room:
     )
 
 
+# Providers whose nodes are processes or containers on the machine the harness runs on: every node
+# reports the whole machine, so together they hold no more than the machine does.
+SHARES_THE_HOST = ("local", "kind")
+
+
+def room_for(provider: str, api: client.ApiClient) -> Room:
+    """The room of a cluster that exists, within this machine where its nodes share it."""
+    room = room_in_cluster(api)
+    return within_this_machine(room) if provider in SHARES_THE_HOST else room
+
+
+def describe(room: Room, count: int, profile: Profile) -> str:
+    """The line a run prints about its worker count, so a reader can check the arithmetic."""
+    _, memory = per_check(profile)
+    free = f"{room.cpu:.1f} CPU and {room.memory / 2**30:.1f} GiB free"
+    free += f", {room.cores:.1f} cores, on {room.source}"
+    takes = (
+        f"a check keeps under {CORES_PER_CHECK} core busy and its pods have memory limits of "
+        f"{memory / 2**30:.1f} GiB"
+    )
+    return f"workers: {count} (auto: {free}; {takes})"
+
+
 def _takes_ray_pods(node: client.V1Node) -> bool:
     ready = is_node_ready(node)
     blocked = any(t.effect in ("NoSchedule", "NoExecute") for t in (node.spec.taints or []))

@@ -238,28 +238,22 @@ class WorkerCount(click.ParamType):
         self.fail(f"{text!r} is neither auto nor a whole number of at least 1", param, ctx)
 
 
-def _worker_count(requested: str, environment: Environment, api: object | None) -> int:
-    """The number of pytest-xdist workers; `auto` asks what the cluster can hold (capacity.py)."""
+def _worker_count(requested: str, environment: Environment, api: object | None) -> int | None:
+    """The number of pytest-xdist workers; `auto` asks what the cluster can hold (capacity.py).
+
+    None: the cluster is not made yet (kind, eks), so the run counts once it is up (plugin.py)."""
     if requested != "auto":
         return int(requested)
+    provider, profile = environment.options.provider, environment.options.profile
     if api is not None:
-        room = capacity.room_in_cluster(api)  # type: ignore[arg-type]
-        if environment.options.provider == "local":
-            room = capacity.within_this_machine(room)
-    elif environment.options.provider == "local":
+        room = capacity.room_for(provider, api)  # type: ignore[arg-type]
+    elif provider == "local":
         room = capacity.room_on_this_machine()
     else:
-        click.echo("workers: 1 (auto: the cluster is not made yet, so its room is unknown)", err=True)
-        return 1
-    count = capacity.workers_for(room, environment.options.profile)
-    _, memory = capacity.per_check(environment.options.profile)
-    free = f"{room.cpu:.1f} CPU and {room.memory / 2**30:.1f} GiB free"
-    free += f", {room.cores:.1f} cores, on {room.source}"
-    takes = (
-        f"a check keeps under {capacity.CORES_PER_CHECK} core busy and its pods have memory limits of "
-        f"{memory / 2**30:.1f} GiB"
-    )
-    click.echo(f"workers: {count} (auto: {free}; {takes})", err=True)
+        click.echo("workers: counted once the cluster is up (auto)", err=True)
+        return None
+    count = capacity.workers_for(room, profile)
+    click.echo(capacity.describe(room, count, profile), err=True)
     return count
 
 
@@ -402,7 +396,9 @@ def run_command(
         try:
             args = pytest_args(target)
             count = _worker_count(workers, environment, api)
-            if count > 1:
+            if count is None:  # one worker for now; the controller adds the rest once it can count
+                args += ["-n", "1", *parallel.DISTRIBUTION, parallel.RECOUNT_OPTION]
+            elif count > 1:
                 args += ["-n", str(count), *parallel.DISTRIBUTION]
             code = pytest.main(args)
         finally:

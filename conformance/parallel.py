@@ -35,6 +35,17 @@ from conformance.report.summary import TestResult
 # every exclusive check stops them all, so the two phases interleave and run nearly serially
 # (seen on 2026-12-02 with 2 workers). `load` keeps about two checks queued per worker.
 DISTRIBUTION = ("--dist", "load", "--maxschedchunk", "1")
+# `--workers auto` before the cluster exists (kind, eks): xdist starts with one worker in the
+# arguments; the controller sets the real count after it made the cluster (set_worker_count).
+RECOUNT_OPTION = "--conformance-recount-workers"
+
+
+def set_worker_count(config: pytest.Config, count: int) -> None:
+    """Make xdist start `count` workers. xdist reads its `tx` specs when its own sessionstart
+    (trylast) creates the nodes, after the run's controller prepared the cluster (tryfirst)."""
+    config.option.numprocesses = count
+    config.option.tx = ["popen"] * count
+
 
 WORKERINPUT_KEY = "kuberay_conformance"
 RESULT_ATTR = "kuberay_conformance_result"

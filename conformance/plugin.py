@@ -33,7 +33,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conformance import cluster_lock, exclusive, interrupts, node_pressure, parallel, profiles, progress
+from conformance import (
+    capacity,
+    cluster_lock,
+    exclusive,
+    interrupts,
+    node_pressure,
+    parallel,
+    profiles,
+    progress,
+)
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, HarnessError
@@ -78,6 +87,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--conformance-wait-for-lock",
         action="store_true",
         help="wait for another run's hold on the cluster to end, instead of refusing",
+    )
+    group.addoption(
+        parallel.RECOUNT_OPTION,
+        action="store_true",
+        help="count the workers (--workers auto) once the controller has made the cluster",
     )
     group.addoption(
         "--conformance-timeout",
@@ -220,6 +234,22 @@ class ConformanceRun:
                 # Interrupted before the session began: pytest calls no sessionfinish, so clean up here.
                 self.pytest_sessionfinish(session, pytest.ExitCode.INTERRUPTED)
                 raise
+            if session.config.getoption(parallel.RECOUNT_OPTION):
+                self._recount_workers(session.config)
+
+    def _recount_workers(self, config: pytest.Config) -> None:
+        """`--workers auto` on a cluster this run made (kind, eks): count now that it is up."""
+        api = self.environment.api if self._prepared else None
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        if api is None:
+            line = "workers: 1 (auto: the cluster could not be prepared, so its room is unknown)"
+        else:
+            room = capacity.room_for(self.options.provider, api)
+            count = capacity.workers_for(room, self.options.profile)
+            parallel.set_worker_count(config, count)
+            line = capacity.describe(room, count, self.options.profile)
+        if reporter is not None:
+            reporter.write_line(line)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Prepare before the first check, so no check's duration includes the bring-up."""
