@@ -407,7 +407,7 @@ def check_run_dir(run_dir: Path) -> None:
 
 def _builds_here(provider: str) -> bool:
     """Images and programs built on this machine (debootstrap, buildah as root) reach the cluster
-    of the local provider only; kind loads the load generator's image, nothing more."""
+    of the local provider only (the load generator needs none: it is copied into a Ray image pod)."""
     return provider == "local"
 
 

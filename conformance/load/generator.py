@@ -4,23 +4,34 @@ The generator is a pod with Guaranteed QoS in the check's namespace (manifests/l
 `start` creates it and returns once the attack runs; `stop` ends the attack early with SIGTERM;
 `collect` waits for the pod to finish, reads the records it printed and checks that it kept
 its rate: a generator more than 5% short is a harness error, never a result.
+
+How vegeta reaches a node, on every provider alike (`Delivery`): the pod runs the Ray image the
+profile names, which every node of a cluster under test can already run (pulled from the user's
+registry on kind and EKS, imported on the local provider), and the harness copies in the vegeta
+binary it built from the Go module proxy through the exec API. No image of the harness's own has
+to be loaded into nodes or pushed to a registry, so an attached cluster measures load too.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
 
 from conformance.errors import HarnessError, ProvisioningError
 from conformance.kube.manifests import render_all
 from conformance.kube.ray import ExecError, Ray
 from conformance.kube.wait import WaitTimeout, wait_for
+from conformance.profiles import Profile
 
 from . import analysis
 from .records import BEGIN_MARK, END_MARK, Record, extract_block
@@ -28,6 +39,23 @@ from .records import BEGIN_MARK, END_MARK, Record, extract_block
 TEMPLATE = "load/vegeta.yaml"
 # Started is "the container runs and said so": the first line of run.sh's output.
 _STARTED = "attack started"
+# Where the pod waits for the binary (an emptyDir); the name appears only once the copy is whole.
+BIN_DIR = "/krc-bin"
+# Exec frames of this size keep each websocket message small for API servers and proxies alike.
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How the generator gets onto a node: an image the cluster already runs, and vegeta to copy in."""
+
+    image: str  # the profile's Ray image: it has /bin/sh, head, base64 and gzip
+    pull_policy: str  # the profile's images.pull_policy
+    vegeta: Path  # a static linux/amd64 vegeta built here
+
+    def payload(self) -> bytes:
+        """The binary as the pod's upload command reads it: gzip, then base64 (text-safe on any exec)."""
+        return base64.b64encode(gzip.compress(self.vegeta.read_bytes(), compresslevel=6))
 
 
 @dataclass(frozen=True)
@@ -61,13 +89,15 @@ def targets_text(targets: list[Target]) -> str:
 
 
 def render(
-    name: str, namespace: str, image: str, targets: list[Target], spec: LoadSpec, run_id: str
+    name: str, namespace: str, delivery: Delivery, targets: list[Target], spec: LoadSpec, run_id: str
 ) -> list[dict]:
     return render_all(
         TEMPLATE,
         name=name,
         namespace=namespace,
-        image=image,
+        image=delivery.image,
+        pull_policy=delivery.pull_policy,
+        bin_dir=BIN_DIR,
         rate=spec.rate,
         duration_s=spec.max_duration_s,
         timeout_s=spec.timeout_s,
@@ -85,7 +115,7 @@ def render(
 class LoadGenerator:
     api: client.ApiClient
     namespace: str
-    image: str
+    delivery: Delivery
     targets: list[Target]
     spec: LoadSpec
     name: str = "load"
@@ -98,19 +128,15 @@ class LoadGenerator:
         return client.CoreV1Api(self.api)
 
     def start(self, timeout: float) -> None:
-        config_map, pod = render(self.name, self.namespace, self.image, self.targets, self.spec, self.run_id)
+        config_map, pod = render(
+            self.name, self.namespace, self.delivery, self.targets, self.spec, self.run_id
+        )
         self.core.create_namespaced_config_map(self.namespace, config_map)
         self.core.create_namespaced_pod(self.namespace, pod)
+        self._wait_running(timeout)
+        self._copy_vegeta(timeout)
         try:
-            wait_for(
-                self.core.list_namespaced_pod,
-                self._attacking,
-                what=f"the load generator ({self.spec.rate} req/s) to start",
-                timeout=timeout,
-                describe=_describe_pod,
-                namespace=self.namespace,
-                field_selector=f"metadata.name={self.name}",
-            )
+            self._wait_pod(self._attacking, f"the load generator ({self.spec.rate} req/s) to start", timeout)
         except WaitTimeout as exc:
             raise ProvisioningError(
                 f"the load generator did not start: {exc.last_seen}", f"see pod {self.name}"
@@ -120,6 +146,59 @@ class LoadGenerator:
         if qos != "Guaranteed":
             # Without it the kubelet may throttle or evict the generator first, under pressure.
             raise HarnessError(f"the load generator runs with QoS {qos}, not Guaranteed", "fix its resources")
+
+    def _wait_pod(self, condition: Callable[[client.V1Pod], bool], what: str, timeout: float) -> client.V1Pod:
+        return wait_for(
+            self.core.list_namespaced_pod,
+            condition,
+            what=what,
+            timeout=timeout,
+            describe=_describe_pod,
+            namespace=self.namespace,
+            field_selector=f"metadata.name={self.name}",
+        )
+
+    def _wait_running(self, timeout: float) -> None:
+        try:
+            self._wait_pod(_running, "the load generator's pod to run", timeout)
+        except WaitTimeout as exc:
+            raise ProvisioningError(
+                f"the load generator's pod ({self.delivery.image}) did not run: {exc.last_seen}",
+                f"check that the cluster can run the profile's Ray image; see pod {self.name}",
+            ) from exc
+
+    def _copy_vegeta(self, timeout: float) -> None:
+        """Copy vegeta into the running pod; its command starts the attack once the file is there."""
+        payload = self.delivery.payload()
+        # head -c ends the copy at the right byte whether or not the API server passes stdin's close.
+        script = (
+            f"head -c {len(payload)} | base64 -d | gzip -d > {BIN_DIR}/vegeta.part"
+            f" && chmod 755 {BIN_DIR}/vegeta.part && mv {BIN_DIR}/vegeta.part {BIN_DIR}/vegeta"
+        )
+        resp = stream(
+            self.core.connect_get_namespaced_pod_exec,
+            self.name,
+            self.namespace,
+            container="vegeta",
+            command=["/bin/sh", "-c", script],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+        try:
+            for offset in range(0, len(payload), _CHUNK):
+                resp.write_stdin(payload[offset : offset + _CHUNK].decode("ascii"))
+            resp.run_forever(timeout=timeout)
+            output = resp.read_stdout() + resp.read_stderr()
+            code = resp.returncode
+        finally:
+            resp.close()
+        if code != 0:
+            raise HarnessError(
+                f"copying vegeta into the load generator's pod failed (exit {code}): {output[-400:]}"
+            )
 
     def _attacking(self, pod: client.V1Pod) -> bool:
         if pod.status.phase in ("Succeeded", "Failed"):
@@ -145,14 +224,10 @@ class LoadGenerator:
         """Wait for the pod to finish, read the records and (unless `check` is False: call
         `check()` later) check that the generator kept its rate."""
         try:
-            pod = wait_for(
-                self.core.list_namespaced_pod,
+            pod = self._wait_pod(
                 lambda p: p.status.phase in ("Succeeded", "Failed"),
-                what="the load generator to hand over its records",
-                timeout=timeout,
-                describe=_describe_pod,
-                namespace=self.namespace,
-                field_selector=f"metadata.name={self.name}",
+                "the load generator to hand over its records",
+                timeout,
             )
         except WaitTimeout as exc:
             raise HarnessError(f"the load generator did not finish: {exc.last_seen}") from exc
@@ -170,6 +245,14 @@ class LoadGenerator:
     def check(self) -> float:
         """The achieved rate; LoadShortfall (a harness error) if the generator did not keep it."""
         return analysis.check_rate(self.records, self.spec.rate)
+
+
+def _running(pod: client.V1Pod) -> bool:
+    if pod.status.phase in ("Succeeded", "Failed"):
+        raise HarnessError(
+            f"the load generator's pod ended before vegeta was copied in: phase {pod.status.phase}"
+        )
+    return pod.status.phase == "Running"
 
 
 def _describe_pod(pod: client.V1Pod) -> str:
@@ -198,20 +281,16 @@ def running(generator: LoadGenerator, timeout: float, check: bool = True) -> Ite
     generator.collect(collect_timeout, check=check)
 
 
-def provide_image(provider: Any) -> str:
-    """The generator's image reference, built here and loaded into the nodes where the provider
-    can load images (local: imported into containerd; kind: `kind load image-archive`); other
-    providers (eks, existing) have no way to get it: there is no official vegeta image to pull."""
-    if not hasattr(provider, "load_image"):
-        raise HarnessError(
-            f"provider {type(provider).__name__} cannot load the load generator's image",
-            "run the load checks on the local or the kind provider",
-        )
-    from conformance.providers.local import gobuild, images, pins  # noqa: PLC0415
+def deliver(profile: Profile, ray_version: str) -> Delivery:
+    """vegeta built (or found in the cache) for the pod of the profile's Ray image at `ray_version`."""
+    from conformance.providers.local import gobuild, pins  # noqa: PLC0415 - the build floor
+    from conformance.providers.local.layout import cache_dir  # noqa: PLC0415
 
     tool = pins.TOOLS["vegeta"]
-    binary = gobuild.ensure_built(tool, provider.cache) / "vegeta"
-    packer = getattr(provider, "image_packer", "buildah")
-    archive = images.vegeta_image(provider.cache, binary, tool.version, packer=packer)
-    provider.load_image(archive)
-    return archive.ref
+    if shutil.which("go") is None and not gobuild.is_built(tool, cache_dir()):
+        raise ProvisioningError(
+            "the load generator (vegeta) is not built and there is no Go to build it",
+            "install Go 1.26 (the harness builds vegeta from the Go module proxy into its cache)",
+        )
+    binary = gobuild.ensure_built(tool, cache_dir()) / "vegeta"
+    return Delivery(profile.ray_image(ray_version), profile.pull_policy, binary)

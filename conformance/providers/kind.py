@@ -4,9 +4,9 @@ For CI runners that have a Docker engine and the internet (nightly-kind.yml). Ku
 installed from its Helm chart by the run (profile `kind`), like on any cluster with a registry.
 Settings: KRC_KIND_NODE_IMAGE_VERSION (kindest/node tag), KRC_KIND_WORKERS (worker nodes).
 
-The one image built on the runner is the load generator's (vegeta, from the Go module proxy, and
-Debian's or Ubuntu's static busybox), packed without buildah or root (images.py, packer "tar")
-and loaded into every node with `kind load image-archive`; everything else is pulled.
+Every image is pulled; the load generator is vegeta built from the Go module proxy and copied into
+a pod of the profile's Ray image (load/generator.py). `load_image` loads an image archive packed
+without buildah or root (images.py, packer "tar") into every node with `kind load image-archive`.
 """
 
 from __future__ import annotations

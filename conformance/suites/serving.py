@@ -1,4 +1,4 @@
-"""Helpers the rayservice, upgrade and node-fault suites share: the load generator's image, load through a
+"""Helpers the rayservice, upgrade and node-fault suites share: the load generator's delivery, load through a
 Gateway (also around a fault), probing the app from inside the cluster, and recording what an
 upgrade did."""
 
@@ -21,7 +21,7 @@ from conformance.kube.manifests import render
 from conformance.kube.ray import ExecError, Ray
 from conformance.kube.wait import behaviour, poll_until, wait_for
 from conformance.load import analysis, traffic
-from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image, running
+from conformance.load.generator import Delivery, LoadGenerator, LoadSpec, Target, deliver, running
 from conformance.load.records import Record, parse_lines
 from conformance.timeouts import Timeouts
 
@@ -34,21 +34,22 @@ UPGRADE_RATE = 20
 PROBE_INTERVAL_S = 1.0
 ROUTE = "echo"  # the Gateway and HTTPRoute a check makes for itself
 
-_images: dict[int, str] = {}
+_deliveries: dict[int, Delivery] = {}
 
 
-def load_image(environment: Environment) -> str:
-    """Built and loaded once per run."""
+def load_delivery(environment: Environment) -> Delivery:
+    """vegeta built once per run, for a pod of the Ray image the run tests first."""
     key = id(environment)
-    if key not in _images:
-        _images[key] = provide_image(environment.provider)
-    return _images[key]
+    if key not in _deliveries:
+        options = environment.options
+        _deliveries[key] = deliver(options.profile, options.versions_to_test[0])
+    return _deliveries[key]
 
 
 def generator(
     api: client.ApiClient,
     namespace: str,
-    image: str,
+    delivery: Delivery,
     address: str,
     host: str = "",
     rate: int = UPGRADE_RATE,
@@ -59,7 +60,7 @@ def generator(
     return LoadGenerator(
         api=api,
         namespace=namespace,
-        image=image,
+        delivery=delivery,
         targets=[Target(f"http://{address}/", host=host)],
         spec=LoadSpec(rate=rate, max_duration_s=max_duration_s),
         name=name,
@@ -193,8 +194,10 @@ class FaultLoad:
         """Load and the status sampler from the app's first answer on; on the way out the load
         figures and the timeline, then the generator's and the sampler's self-checks."""
         ray, (address, host) = self.ray, self.target
-        image = load_image(self.conformance)
-        gen = generator(ray.api, ray.namespace, image, address, host, max_duration_s=int(2 * timeouts.ready))
+        delivery = load_delivery(self.conformance)
+        gen = generator(
+            ray.api, ray.namespace, delivery, address, host, max_duration_s=int(2 * timeouts.ready)
+        )
         try:
             with running(gen, timeouts.ready, check=False), rs.Sampler(ray, self.service) as sampler:
                 poll_until(

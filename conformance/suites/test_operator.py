@@ -559,8 +559,8 @@ def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(
     )
     ray.wait_cluster_ready(KEPT, timeouts.ready)  # made by the older operator: a precondition
     before = _ray_pods(ray)
-    image, seconds = serving.load_image(conformance), int(timeouts.upgrade)
-    gen = serving.generator(ray.api, ray.namespace, image, address, host, max_duration_s=seconds)
+    delivery, seconds = serving.load_delivery(conformance), int(timeouts.upgrade)
+    gen = serving.generator(ray.api, ray.namespace, delivery, address, host, max_duration_s=seconds)
     with running(gen, timeouts.ready), rs.Sampler(ray, SERVICE) as sampler:
         if not operator_upgrade.is_running(api, previous_operator.old):
             raise HarnessError(
@@ -617,9 +617,9 @@ def _upgrades_to_a_new_cluster_after(
     it is promoted to a new cluster, within the failed-request budget, and only the new one answers."""
     old = rs.active_cluster(ray.get("rayservices", SERVICE))
     address, host = target
-    image, seconds = serving.load_image(conformance), int(timeouts.upgrade)
+    delivery, seconds = serving.load_delivery(conformance), int(timeouts.upgrade)
     gen = serving.generator(
-        ray.api, ray.namespace, image, address, host, max_duration_s=seconds, name="load-after"
+        ray.api, ray.namespace, delivery, address, host, max_duration_s=seconds, name="load-after"
     )
     with running(gen, timeouts.ready):
         patched = serving.respec(ray, {**values, "generation": "2"})

@@ -51,9 +51,9 @@ def test_rayservice_becomes_ready_and_answers_through_the_gateway(
     svc, address, host = serving.ready_behind_own_gateway(ray, base, profile.gateway_class, timeouts, metrics)
     assert rs.conditions(svc).get("Ready") == "True"
     assert rs.app_status(svc) == "RUNNING"
-    image = serving.load_image(conformance)
+    delivery = serving.load_delivery(conformance)
     gen = serving.generator(
-        ray.api, ray.namespace, image, address, host, serving.PROBE_RATE, 10, conformance.options.run_id
+        ray.api, ray.namespace, delivery, address, host, serving.PROBE_RATE, 10, conformance.options.run_id
     )
     gen.start(timeouts.ready)
     records = gen.collect(timeouts.ready)  # the attack ends by itself after 10 s
@@ -81,9 +81,9 @@ def test_serve_config_change_is_applied_in_place_without_failed_requests(
     place), that is never applied, or that drops requests (#2177)."""
     svc, address, host = serving.ready_behind_own_gateway(ray, base, profile.gateway_class, timeouts, metrics)
     clusters_before = _cluster_names(ray)
-    image = serving.load_image(conformance)
+    delivery = serving.load_delivery(conformance)
     gen = serving.generator(
-        ray.api, ray.namespace, image, address, host, serving.UPGRADE_RATE, int(timeouts.upgrade)
+        ray.api, ray.namespace, delivery, address, host, serving.UPGRADE_RATE, int(timeouts.upgrade)
     )
     changed = render("ray/rayservice.yaml", **{**base, "message": "v2"})["spec"]["serveConfigV2"]
     with running(gen, timeouts.ready), rs.Sampler(ray, NAME) as sampler:

@@ -114,7 +114,7 @@ def test_a_burst_scales_serve_replicas_and_workers_up_then_both_back_to_steady_s
     svc, address, host = serving.ready_behind_own_gateway(ray, values, gateway_class, timeouts, metrics)
     cluster = rs.active_cluster(svc)
     recording = timeline.autoscaling(f"a burst of {BURST_RATE} req/s of {REQUEST_S}s each")
-    gen = serving.generator(ray.api, ray.namespace, serving.load_image(conformance), address, host,
+    gen = serving.generator(ray.api, ray.namespace, serving.load_delivery(conformance), address, host,
                             rate=BURST_RATE, max_duration_s=int(timeouts.scale + timeouts.ready))  # fmt: skip
     with ScaleWatcher(ray, cluster, recording, serve_deployment=DEPLOYMENT) as watch:
         with behaviour("steady before the burst: 1 Serve replica on 1 worker"):

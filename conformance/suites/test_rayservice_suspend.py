@@ -138,7 +138,7 @@ def test_suspended_rayservice_stops_serving_and_resumes_on_a_new_cluster(
     gen = serving.generator(
         ray.api,
         ray.namespace,
-        serving.load_image(conformance),
+        serving.load_delivery(conformance),
         address,
         host,
         serving.PROBE_RATE,

@@ -152,9 +152,9 @@ def _serving_with_a_load(
     svc, address, host = serving.ready_behind_own_gateway(
         ray, values, profile.gateway_class, timeouts, metrics
     )
-    image = serving.load_image(conformance)
+    delivery = serving.load_delivery(conformance)
     gen = serving.generator(
-        ray.api, ray.namespace, image, address, host, max_duration_s=int(timeouts.upgrade)
+        ray.api, ray.namespace, delivery, address, host, max_duration_s=int(timeouts.upgrade)
     )
     return rs.active_cluster(svc), gen, (address, host)
 
@@ -475,9 +475,9 @@ def _incremental_under_way(
     (not started) aimed at the Gateway's address."""
     old = _ready_incremental(ray, values, timeouts, metrics)
     address = _kuberay_gateway(ray, timeouts)
-    image = serving.load_image(conformance)
+    delivery = serving.load_delivery(conformance)
     return old, serving.generator(
-        ray.api, ray.namespace, image, address, max_duration_s=int(timeouts.upgrade)
+        ray.api, ray.namespace, delivery, address, max_duration_s=int(timeouts.upgrade)
     )
 
 
@@ -1064,9 +1064,9 @@ def _assert_serves_the_upgrade(records: list[Record], cluster: str) -> None:
 
 def _resumed_load(ray: Ray, conformance: Environment, address: str, timeouts: Timeouts) -> list[Record]:
     """RESUMED_LOAD_S of load at `address` from a generator of its own; its records."""
-    image = serving.load_image(conformance)
+    delivery = serving.load_delivery(conformance)
     gen = serving.generator(
-        ray.api, ray.namespace, image, address, rate=serving.PROBE_RATE, max_duration_s=RESUMED_LOAD_S,
+        ray.api, ray.namespace, delivery, address, rate=serving.PROBE_RATE, max_duration_s=RESUMED_LOAD_S,
         name="load-resumed",
     )  # fmt: skip
     gen.start(timeouts.ready)

@@ -3,7 +3,8 @@
 Traefik (built here) routes an HTTPRoute with two weighted backends; the generator runs in the
 cluster with Guaranteed QoS, sends through the Gateway's address and brings back one record per
 request. The backends are busybox httpd serving a fixed JSON answer (and a slow CGI for the
-self-check), in the generator's own image, so no Ray is needed.
+self-check) in the toolbox image, which also carries the generator: vegeta is copied into a pod
+of any image with a shell, as it is into the Ray image in a conformance run, so no Ray is needed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from conformance.kube.rayservice import Gateways, route_weights
 from conformance.kube.wait import wait_for
 from conformance.load import analysis
 from conformance.load.analysis import LoadShortfall
-from conformance.load.generator import LoadGenerator, LoadSpec, Target, provide_image
+from conformance.load.generator import Delivery, LoadGenerator, LoadSpec, Target
+from conformance.providers.local import gobuild, pins
 from conformance.providers.local.provider import LocalProvider
 
 CLASS = "traefik"
@@ -34,8 +36,14 @@ def installed(local_provider: LocalProvider, api: client.ApiClient) -> gateway.G
 
 
 @pytest.fixture(scope="module")
-def image(local_provider: LocalProvider, api: client.ApiClient) -> str:
-    return provide_image(local_provider)
+def image(toolbox: str) -> str:
+    return toolbox
+
+
+@pytest.fixture(scope="module")
+def delivery(local_provider: LocalProvider, toolbox: str) -> Delivery:
+    vegeta = gobuild.ensure_built(pins.TOOLS["vegeta"], local_provider.cache) / "vegeta"
+    return Delivery(toolbox, "Never", vegeta)
 
 
 def _backend(name: str, image: str) -> list[dict[str, Any]]:
@@ -126,13 +134,13 @@ def test_load_through_a_weighted_route_comes_back_per_request(
     api: client.ApiClient,
     core: client.CoreV1Api,
     namespace: str,
-    image: str,
+    delivery: Delivery,
     backends: list[str],
 ) -> None:
     host = f"{namespace}.krc.test"
     address = _weighted_route(api, namespace, host, {"backend-a": 80, "backend-b": 20})
     assert address == installed.address
-    gen = LoadGenerator(api, namespace, image, [Target(f"http://{address}/", host)], LoadSpec(30, 10))
+    gen = LoadGenerator(api, namespace, delivery, [Target(f"http://{address}/", host)], LoadSpec(30, 10))
     gen.start(120)
     assert core.read_namespaced_pod("load", namespace).status.qos_class == "Guaranteed"
     records = gen.collect(120)
@@ -147,13 +155,17 @@ def test_load_through_a_weighted_route_comes_back_per_request(
 
 
 def test_a_generator_that_cannot_keep_its_rate_is_a_harness_error(
-    installed: gateway.GatewayFacts, api: client.ApiClient, namespace: str, image: str, backends: list[str]
+    installed: gateway.GatewayFacts,
+    api: client.ApiClient,
+    namespace: str,
+    delivery: Delivery,
+    backends: list[str],
 ) -> None:
     host = f"{namespace}.krc.test"
     address = _weighted_route(api, namespace, host, {"backend-a": 100})
     # Two workers against one-second answers can send about 2 req/s of the 20 asked for.
     spec = LoadSpec(rate=20, max_duration_s=4, max_workers=2)
-    gen = LoadGenerator(api, namespace, image, [Target(f"http://{address}/cgi-bin/slow", host)], spec)
+    gen = LoadGenerator(api, namespace, delivery, [Target(f"http://{address}/cgi-bin/slow", host)], spec)
     gen.start(120)
     with pytest.raises(LoadShortfall, match="more than 5% short"):
         gen.collect(120)

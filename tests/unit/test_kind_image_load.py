@@ -1,4 +1,4 @@
-"""The kind provider's way to the load generator's image, without a cluster: the archive packed
+"""The kind provider's way to load an image built here, without a cluster: the archive packed
 in Python (no root, no buildah) and `kind load image-archive` against a recording stand-in `kind`
 on PATH, in the style of test_terraform_orchestration_only.py. Loading into real kind nodes is
 untested on this machine (no Docker engine); the archive itself was read and run with buildah.

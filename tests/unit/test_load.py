@@ -4,13 +4,14 @@ import base64
 import gzip
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from conformance.errors import HarnessError
 from conformance.load import analysis
 from conformance.load.analysis import LoadShortfall
-from conformance.load.generator import LoadSpec, Target, render, targets_text
+from conformance.load.generator import BIN_DIR, Delivery, LoadSpec, Target, render, targets_text
 from conformance.load.records import BEGIN_MARK, END_MARK, Record, error_kind, extract_block, from_vegeta
 
 T0 = 1_800_000_000.0
@@ -151,9 +152,12 @@ def test_summary_metrics_carry_units() -> None:
     assert "http_502: 1" in summary.describe()
 
 
+RAY_IMAGE = Delivery("rayproject/ray:2.58.0-py312", "IfNotPresent", Path("/nowhere/vegeta"))
+
+
 def test_the_generator_pod_has_guaranteed_qos_and_the_targets_name_the_host() -> None:
     targets = [Target("http://10.215.0.9:80/", host="svc.ns.test")]
-    config_map, pod = render("load", "ns", "img", targets, LoadSpec(rate=30, max_duration_s=600), "run1")
+    config_map, pod = render("load", "ns", RAY_IMAGE, targets, LoadSpec(rate=30, max_duration_s=600), "run1")
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["requests"] == resources["limits"]
     assert set(resources["requests"]) == {"cpu", "memory"}
@@ -162,6 +166,24 @@ def test_the_generator_pod_has_guaranteed_qos_and_the_targets_name_the_host() ->
     assert "-rate=30/1s" in script and "-duration=600s" in script
     assert BEGIN_MARK in script and END_MARK in script
     assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_the_generator_runs_the_profiles_ray_image_and_waits_for_vegeta_to_be_copied_in() -> None:
+    # Any provider's nodes run the Ray image the profile names: no image of the harness's own to load.
+    _, pod = render("load", "ns", RAY_IMAGE, [Target("http://a/")], LoadSpec(rate=1, max_duration_s=5), "r")
+    container = pod["spec"]["containers"][0]
+    assert (container["image"], container["imagePullPolicy"]) == (RAY_IMAGE.image, "IfNotPresent")
+    assert container["command"][-1].startswith(f"until [ -x {BIN_DIR}/vegeta ]")
+    assert {"name": "bin", "mountPath": BIN_DIR} in container["volumeMounts"]
+    assert {"name": "PATH", "value": f"{BIN_DIR}:/usr/local/bin:/usr/bin:/bin"} in container["env"]
+
+
+def test_the_copied_vegeta_is_gzip_then_base64_of_the_binary(tmp_path: Path) -> None:
+    binary = tmp_path / "vegeta"
+    binary.write_bytes(bytes(range(256)) * 100)
+    payload = Delivery("img", "Never", binary).payload()
+    assert gzip.decompress(base64.b64decode(payload)) == binary.read_bytes()
+    assert payload.isascii() and len(payload) < len(binary.read_bytes())
 
 
 def test_several_targets_are_separated_by_a_blank_line() -> None:

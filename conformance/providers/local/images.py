@@ -1009,41 +1009,6 @@ def _install_busybox(rootfs: Path) -> Path:
     return bin_dir
 
 
-def vegeta_image(cache_dir: Path, vegeta: Path, version: str, packer: str = "buildah") -> ImageArchive:
-    """The load generator: vegeta and Debian's static busybox (a shell runs the attack, stops it
-    on a signal and prints the records), as a non-root user. `packer` "tar" packs it without
-    buildah or root (pack_rootfs_tar), for the kind provider's CI runner."""
-    busybox_version = _busybox_version()
-    _check_static(BUSYBOX)
-    _check_static(vegeta)
-    inputs = {
-        "kind": "vegeta",
-        "busybox": busybox_version,
-        "busybox_sha256": _sha256_file(BUSYBOX),
-        "vegeta_sha256": _sha256_file(vegeta),
-    }
-    if packer != "buildah":
-        inputs["packer"] = packer  # only then: the buildah-made image keeps its cache key
-
-    def build(work: Path, ref: str, log: Path) -> None:
-        with progress(f"building image {ref}"):
-            rootfs = work / "rootfs"
-            _write_minimal_etc(rootfs, NONROOT_USER, chown=packer == "buildah")
-            bin_dir = _install_busybox(rootfs)
-            shutil.copyfile(vegeta, bin_dir / "vegeta")
-            (bin_dir / "vegeta").chmod(0o755)
-            config = ImageConfig(entrypoint=("/bin/sh",), env=("PATH=/bin",), user=NONROOT_USER, labels={})
-            if packer == "tar":
-                uid, _, gid = NONROOT_USER.partition(":")
-                owners = {"home/nonroot": (int(uid), int(gid))}
-                pack_rootfs_tar(rootfs, ref, config, work / ARCHIVE_NAME, owners)
-            else:
-                pack_rootfs(rootfs, ref, config, work / ARCHIVE_NAME, work=work, log=log)
-            _remove_tree(rootfs)
-
-    return _cached_build(cache_dir, "vegeta", version, inputs, build)
-
-
 __all__ = [
     "ImageArchive",
     "binary_image",
@@ -1053,5 +1018,4 @@ __all__ = [
     "ray_image",
     "redis_image",
     "toolbox_image",
-    "vegeta_image",
 ]
