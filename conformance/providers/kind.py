@@ -2,7 +2,9 @@
 
 For CI runners that have a Docker engine and the internet (nightly-kind.yml). KubeRay is then
 installed from its Helm chart by the run (profile `kind`), like on any cluster with a registry.
-Settings: KRC_KIND_NODE_IMAGE_VERSION (kindest/node tag), KRC_KIND_WORKERS (worker nodes).
+Settings: KRC_KIND_NODE_IMAGE_VERSION (kindest/node tag), KRC_KIND_WORKERS (worker nodes),
+KRC_KIND_GPU_WORKERS (GPU-looking worker nodes, default 1: the EKS GPU labels and taint, and
+SIMULATED_GPUS simulated `nvidia.com/gpu` each, so the GPU checks run every night).
 
 Every image is pulled; the load generator is vegeta built from the Go module proxy and copied into
 a pod of the profile's Ray image (load/generator.py). `load_image` loads an image archive packed
@@ -17,11 +19,21 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
 from conformance.errors import ProvisioningError, UsageError
+from conformance.kube.nodes import advertise_simulated_gpus
+from conformance.kube.target import api_client
+from conformance.providers.base import Cluster
 from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import RunWorkspace, TerraformProvider, env_count, slug
 
 DEFAULT_WORKERS = 2
+DEFAULT_GPU_WORKERS = 1
+SIMULATED_GPUS = 2  # per GPU worker, as the local provider's GPU node (the kind profile's gpu.count)
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_NODE_SELECTOR = "kuberay-conformance.io/gpu=true"  # infra/terraform/kind gpu_node_labels
+ADVERTISE_TIMEOUT_S = 120  # the kubelet copies capacity to allocatable at its next status update
 
 
 class KindProvider(TerraformProvider):
@@ -32,6 +44,7 @@ class KindProvider(TerraformProvider):
 
     def check_settings(self) -> None:
         self.workers()
+        self.gpu_workers()
         self.node_image_version()
         # The nodes are containers: without an answering engine, apply would fail half-way.
         try:
@@ -54,6 +67,29 @@ class KindProvider(TerraformProvider):
     @staticmethod
     def workers() -> int:
         return env_count("KRC_KIND_WORKERS", str(DEFAULT_WORKERS), 0, 6)
+
+    @staticmethod
+    def gpu_workers() -> int:
+        return env_count("KRC_KIND_GPU_WORKERS", str(DEFAULT_GPU_WORKERS), 0, 2)
+
+    def up(self) -> Cluster:
+        """The cluster, with simulated GPUs on its GPU workers (idempotent, like the patch itself)."""
+        cluster = super().up()
+        if self.gpu_workers() == 0:
+            return cluster
+        core = client.CoreV1Api(api_client(cluster.target))
+        nodes = core.list_node(label_selector=GPU_NODE_SELECTOR).items
+        if len(nodes) != self.gpu_workers():
+            raise ProvisioningError(
+                f"the kind cluster has {len(nodes)} node(s) labelled {GPU_NODE_SELECTOR}, "
+                f"{self.gpu_workers()} asked for",
+                "check infra/terraform/kind's gpu_node_labels",
+            )
+        for node in nodes:
+            advertise_simulated_gpus(
+                core, node.metadata.name, GPU_RESOURCE, SIMULATED_GPUS, ADVERTISE_TIMEOUT_S
+            )
+        return cluster
 
     @staticmethod
     def node_image_version() -> str | None:
@@ -100,6 +136,7 @@ class KindProvider(TerraformProvider):
             # The run id makes the name unique, so parallel runs on one machine never share a cluster.
             "cluster_name": cluster_name(workspace.run_id),
             "worker_count": self.workers(),
+            "gpu_worker_count": self.gpu_workers(),
             "kubeconfig_path": str(workspace.kubeconfig),
             "run_id": slug(workspace.run_id)[:63],
         }
@@ -109,7 +146,7 @@ class KindProvider(TerraformProvider):
         return variables
 
     def facts(self, outputs: dict[str, Any]) -> dict[str, object]:
-        return {"cluster_name": outputs.get("cluster_name", "")}
+        return {"cluster_name": outputs.get("cluster_name", ""), "simulated_gpus": self.gpu_workers() > 0}
 
 
 def cluster_name(run_id: str) -> str:

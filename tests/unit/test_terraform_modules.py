@@ -9,14 +9,17 @@ import os
 import re
 import shutil
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import hcl2
 import pytest
+import yaml
 from hcl2 import SerializationOptions
 
 from conformance.providers.eks import SUPPORTED_REGIONS
+from conformance.providers.kind import GPU_NODE_SELECTOR as KIND_GPU_SELECTOR
 from conformance.providers.local import gobuild
 from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import TOFU_TOOL
@@ -151,9 +154,30 @@ def test_kind_cluster_takes_the_image_version_and_worker_count() -> None:
     assert "${var.node_image_version}" in cluster["node_image"]
     (config,) = cluster["kind_config"]
     assert config["node"][0]["role"] == "control-plane"
-    (workers,) = config["dynamic"]
+    workers, gpu_workers = config["dynamic"]
     assert workers["node"]["for_each"] == "${range(var.worker_count)}"
     assert workers["node"]["content"][0]["role"] == "worker"
+    assert gpu_workers["node"]["for_each"] == "${range(var.gpu_worker_count)}"
+
+
+def test_kind_gpu_workers_look_like_eks_gpu_nodes() -> None:
+    """The labels and taint of infra/terraform/eks's GPU group, which the GPU checks expect, and
+    the label the kind provider finds them by to advertise their simulated GPUs."""
+    parsed = load("kind")
+    eks_labels = load("eks")["variable"]["gpu_node_labels"]["default"]
+    (config,) = parsed["resource"][("kind_cluster", "this")]["kind_config"]
+    gpu = config["dynamic"][1]["node"]["content"][0]
+    assert gpu["labels"] == "${local.gpu_node_labels}"
+    labels = parsed["locals"]["gpu_node_labels"]  # an HCL merge(...) expression, as text
+    for key, value in eks_labels.items():
+        assert f'"{key}" = "{value}"' in labels, (key, labels)
+    key, value = KIND_GPU_SELECTOR.split("=")
+    assert f'"{key}" = "{value}"' in labels
+    heredoc = parsed["locals"]["gpu_taint_patch"].removeprefix("<<-EOT").removesuffix("EOT")
+    patch = yaml.safe_load(textwrap.dedent(heredoc))
+    assert patch["nodeRegistration"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ]
 
 
 # --- eks -------------------------------------------------------------------------------------------

@@ -85,6 +85,8 @@ def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("KRC_TERRAFORM", str(bin_dir / "terraform"))
     monkeypatch.setenv("KRC_TF_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("STANDIN_LOG", str(log))
+    # The GPU workers' simulated GPUs are patched through the API of a real cluster; none here.
+    monkeypatch.setenv("KRC_KIND_GPU_WORKERS", "0")
     for name in (
         "KRC_TF_BACKEND",
         "KRC_TF_BACKEND_CONFIG",

@@ -32,9 +32,8 @@ from kubernetes.client.exceptions import ApiException
 from conformance import interrupts, node_pressure
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import storage
-from conformance.kube.nodes import is_node_ready
+from conformance.kube.nodes import advertise_simulated_gpus, is_node_ready
 from conformance.kube.target import KubeTarget, api_client
-from conformance.kube.wait import wait_for
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
@@ -433,32 +432,9 @@ class LocalProvider:
             self._advertise_gpus_on(name)
 
     def _advertise_gpus_on(self, node: str) -> None:
-        """Advertise `nvidia.com/gpu` as an extended resource, as a device plugin would on a GPU node."""
         core = client.CoreV1Api(self._api())
-        count = str(self.settings.simulated_gpus)
-        core.patch_node_status(node, {"status": {"capacity": {GPU_RESOURCE: count}}})
-        # kubelet copies capacity into allocatable at its next status update; wait for it,
-        # so that whatever runs next sees the GPUs as schedulable.
-        wait_for(
-            core.list_node,
-            lambda node: (node.status.allocatable or {}).get(GPU_RESOURCE) == count,
-            what=f"{GPU_RESOURCE}={count} to be allocatable on {node}",
-            timeout=self.settings.node_ready_timeout_s,
-            field_selector=f"metadata.name={node}",
-        )
-        core.patch_node(
-            node,
-            {
-                "metadata": {
-                    "labels": {
-                        "kuberay-conformance.io/simulated-gpu": "true"
-                        if self.settings.simulated_gpus
-                        else "false",
-                        "nvidia.com/gpu.count": count,
-                    }
-                }
-            },
-        )
+        timeout = self.settings.node_ready_timeout_s
+        advertise_simulated_gpus(core, node, GPU_RESOURCE, self.settings.simulated_gpus, timeout)
 
     def _offer_default_storage_class(self, storage_images: storage.StorageImages) -> None:
         """local-path-provisioner as the default StorageClass, as kind offers it: a claim that

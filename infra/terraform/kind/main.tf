@@ -6,6 +6,21 @@ locals {
   node_labels = {
     "kuberay-conformance.io/run-id" = var.run_id
   }
+  # The GPU worker looks like an EKS GPU node (infra/terraform/eks gpu_node_labels, gpu_taint); the
+  # harness advertises a simulated nvidia.com/gpu on it after apply, as a device plugin would.
+  gpu_node_labels = merge(local.node_labels, {
+    "nvidia.com/gpu.present"            = "true"
+    "kuberay-conformance.io/gpu"        = "true"
+    "kuberay-conformance.io/node-group" = "gpu"
+  })
+  gpu_taint_patch = <<-EOT
+    kind: JoinConfiguration
+    nodeRegistration:
+      taints:
+        - key: nvidia.com/gpu
+          value: present
+          effect: NoSchedule
+  EOT
 }
 
 resource "kind_cluster" "this" {
@@ -29,6 +44,15 @@ resource "kind_cluster" "this" {
       content {
         role   = "worker"
         labels = local.node_labels
+      }
+    }
+
+    dynamic "node" {
+      for_each = range(var.gpu_worker_count)
+      content {
+        role                   = "worker"
+        labels                 = local.gpu_node_labels
+        kubeadm_config_patches = [local.gpu_taint_patch]
       }
     }
   }

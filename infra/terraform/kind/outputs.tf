@@ -18,3 +18,4 @@ output "endpoint" {
   description = "URL of the cluster's API server."
   value       = kind_cluster.this.endpoint
 }
+

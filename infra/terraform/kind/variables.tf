@@ -32,6 +32,17 @@ variable "worker_count" {
   }
 }
 
+variable "gpu_worker_count" {
+  description = "Worker nodes that look like EKS GPU nodes (labels and the nvidia.com/gpu taint); the harness advertises simulated GPUs on them."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.gpu_worker_count >= 0 && var.gpu_worker_count <= 2 && floor(var.gpu_worker_count) == var.gpu_worker_count
+    error_message = "gpu_worker_count must be a whole number from 0 to 2."
+  }
+}
+
 variable "kubeconfig_path" {
   description = "Where the provider writes the cluster's kubeconfig; empty means next to the state (<module>/kubeconfig)."
   type        = string
