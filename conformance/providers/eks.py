@@ -5,23 +5,32 @@ It refuses to start without a budget guard: KRC_EKS_MAX_RUN_MINUTES. The deadlin
 every resource (expires-at) and a guard process, started before the first apply, stops the run and
 destroys the cluster when the deadline passes, even with --keep-cluster and even if the run died.
 
+It refuses to start without remote state (KRC_TF_BACKEND + KRC_TF_BACKEND_CONFIG), on a laptop as
+in CI: a machine that dies or sleeps takes local state and the budget guard with it, and only remote
+state lets the reaper (eks_reaper.py, .github/workflows/eks-reaper.yml) or anyone else destroy what
+it left. And it asks AWS, read-only, whether the node groups can get their instances
+(eks_preflight.py) before `apply` creates anything billable.
+
 Settings: KRC_EKS_REGION (or AWS_REGION / AWS_DEFAULT_REGION), KRC_EKS_MAX_RUN_MINUTES (required),
 KRC_EKS_GPU_INSTANCE_TYPE (default g5.xlarge), KRC_EKS_GPU_NODES (desired GPU nodes, default 1),
 KRC_EKS_KARPENTER=1 (also install Karpenter), KRC_OWNER (default GITHUB_ACTOR or USER).
+`down` with a run id this machine has no record of destroys that run from remote state.
+docs/eks.md says how to set up the AWS side.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import subprocess
 import time
 from typing import Any
 
 from conformance.errors import UsageError
+from conformance.providers import eks_preflight
+from conformance.providers.eks_preflight import AwsError, NodeGroup
 from conformance.providers.terraform import (
+    Backend,
     RunWorkspace,
     Terraform,
     TerraformProvider,
@@ -53,6 +62,21 @@ DEFAULT_GPU_INSTANCE_TYPE = "g5.xlarge"
 # An EKS cluster takes about 15 minutes to create and 10 to destroy; less than this cannot finish a run.
 MIN_RUN_MINUTES = 45
 MAX_RUN_MINUTES = 12 * 60
+
+# The CPU node group, passed to the module as `cpu_node_group` (equal to its default in
+# infra/terraform/eks/variables.tf; a unit test keeps them equal) so the preflight counts the same
+# sizes the module launches.
+CPU_NODE_GROUP: dict[str, Any] = {
+    "instance_types": ["m5.xlarge"],
+    "min_size": 1,
+    "max_size": 4,
+    "desired_size": 2,
+}
+# Zones the VPC spans (the module's `availability_zone_count`): the preflight checks these zones.
+AVAILABILITY_ZONES = 2
+# Karpenter's NodePool limits in infra/terraform/eks/charts/karpenter-nodepools: vCPUs of the CPU
+# pool, nvidia.com/gpu of the GPU pool (a unit test reads them from the template).
+KARPENTER_LIMITS = (64, 4)
 
 
 class EksProvider(TerraformProvider):
@@ -109,6 +133,20 @@ class EksProvider(TerraformProvider):
     def gpu_nodes() -> int:
         return env_count("KRC_EKS_GPU_NODES", "1", 0, 4)
 
+    @classmethod
+    def gpu_node_group(cls) -> dict[str, Any]:
+        nodes = cls.gpu_nodes()
+        return {
+            "instance_types": [cls.gpu_instance_type()],
+            "min_size": 0,
+            "max_size": max(nodes, 1),
+            "desired_size": nodes,
+        }
+
+    @staticmethod
+    def karpenter() -> bool:
+        return os.environ.get("KRC_EKS_KARPENTER", "") == "1"
+
     @staticmethod
     def owner() -> str:
         return (
@@ -121,30 +159,46 @@ class EksProvider(TerraformProvider):
     def check_settings(self) -> None:
         region = self.region()
         self.max_run_minutes()
-        self.gpu_instance_type()
-        self.gpu_nodes()
-        _require_credentials(region)
+        gpu = self.gpu_node_group()
+        require_remote_state()
+        aws = eks_preflight.run_aws(region)
+        _require_credentials(aws)
+        eks_preflight.check_capacity(
+            aws,
+            region,
+            NodeGroup("cpu", CPU_NODE_GROUP["instance_types"][0], CPU_NODE_GROUP["max_size"]),
+            NodeGroup("gpu", gpu["instance_types"][0], gpu["max_size"]),
+            AVAILABILITY_ZONES,
+            KARPENTER_LIMITS if self.karpenter() else None,
+        )
 
     # -- the run ---------------------------------------------------------------------------------------
 
     def variables(self, workspace: RunWorkspace) -> dict[str, Any]:
         # The budget starts now, before init: a hung apply counts against it too.
         self._deadline = time.time() + self.max_run_minutes() * 60
-        gpu_nodes = self.gpu_nodes()
         return {
             "region": self.region(),
-            # Short and unique per run: IAM name prefixes derived from it are limited to 38 characters.
-            "cluster_name": "krc-" + hashlib.sha256(workspace.run_id.encode()).hexdigest()[:10],
+            "cluster_name": cluster_name(workspace.run_id),
             "owner": self.owner(),
             "run_id": workspace.run_id,
             "expires_at": utc_rfc3339(self._deadline),
-            "gpu_node_group": {
-                "instance_types": [self.gpu_instance_type()],
-                "min_size": 0,
-                "max_size": max(gpu_nodes, 1),
-                "desired_size": gpu_nodes,
-            },
-            "enable_karpenter": os.environ.get("KRC_EKS_KARPENTER", "") == "1",
+            "availability_zone_count": AVAILABILITY_ZONES,
+            "cpu_node_group": CPU_NODE_GROUP,
+            "gpu_node_group": self.gpu_node_group(),
+            "enable_karpenter": self.karpenter(),
+        }
+
+    def destroy_variables(self, workspace: RunWorkspace) -> dict[str, Any]:
+        """What `destroy` of a run made elsewhere needs: the provider's region and the required
+        inputs. The resources themselves come from the state, so sizes do not matter; the deadline
+        is any valid time (nothing is tagged on a destroy)."""
+        return {
+            "region": self.region(),
+            "cluster_name": cluster_name(workspace.run_id),
+            "owner": self.owner(),
+            "run_id": workspace.run_id,
+            "expires_at": utc_rfc3339(time.time()),
         }
 
     def before_apply(self, terraform: Terraform) -> None:
@@ -163,22 +217,32 @@ class EksProvider(TerraformProvider):
         }
 
 
-def _require_credentials(region: str) -> None:
+def cluster_name(run_id: str) -> str:
+    """Short and unique per run: IAM name prefixes derived from it are limited to 38 characters."""
+    return "krc-" + hashlib.sha256(run_id.encode()).hexdigest()[:10]
+
+
+def require_remote_state() -> None:
+    """Remote state, always: local state dies with the machine, and the reaper cannot reach it."""
+    if Backend.from_env() is None:
+        raise UsageError(
+            "provider eks keeps its Terraform state remotely, so that what a lost run leaves can be "
+            "destroyed from elsewhere, and no backend is configured",
+            "set KRC_TF_BACKEND=s3 and KRC_TF_BACKEND_CONFIG to a file naming bucket, key, region and "
+            "use_lockfile (docs/eks.md)",
+        )
+
+
+def _require_credentials(aws: eks_preflight.AwsCall) -> None:
     """Ask AWS who we are: the one check that proves the credentials work, and creates nothing."""
-    argv = ["aws", "sts", "get-caller-identity", "--region", region, "--output", "json"]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    except subprocess.TimeoutExpired as exc:
+        account = aws(["sts", "get-caller-identity"]).get("Account")
+    except AwsError as exc:
         raise UsageError(
-            "`aws sts get-caller-identity` did not answer in 60s", "check the network and region"
+            f"no usable AWS credentials ({exc.cause})",
+            "configure credentials (in CI: an OIDC-assumed role, docs/eks.md)",
         ) from exc
-    try:
-        account = json.loads(done.stdout).get("Account") if done.returncode == 0 else None
-    except ValueError:
-        account = None
     if not account:
-        said = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(
-            f"no usable AWS credentials ({said})",
-            "configure credentials (in CI: an OIDC-assumed role via aws-actions/configure-aws-credentials)",
+            "`aws sts get-caller-identity` named no account", "configure credentials (docs/eks.md)"
         )

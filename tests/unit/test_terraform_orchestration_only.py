@@ -60,12 +60,31 @@ if command == "output":
     }}))
 """
 
+# Answers the read-only calls the eks provider makes before anything is created: who am I, and
+# the preflight's zones, offerings, instance types and quotas (eks_preflight.py), all generous.
 STANDIN_AWS = f"""#!{sys.executable}
 import json, os, sys
 if os.environ.get("STANDIN_AWS_FAIL"):
     print("Unable to locate credentials.", file=sys.stderr)
     sys.exit(255)
-print(json.dumps({{"Account": "123456789012", "Arn": "arn:aws:sts::123456789012:assumed-role/ci/run"}}))
+args = sys.argv[1:]
+verb = " ".join(args[:2])
+region = args[args.index("--region") + 1]
+zones = [region + z for z in "abc"]
+if verb == "ec2 describe-availability-zones":
+    print(json.dumps({{"AvailabilityZones": [{{"ZoneName": z}} for z in zones]}}))
+elif verb == "ec2 describe-instance-type-offerings":
+    wanted = [a for a in args if a.startswith("Name=instance-type")][0].split("Values=")[1].split(",")
+    offers = [{{"InstanceType": t, "Location": z}} for t in wanted for z in zones]
+    print(json.dumps({{"InstanceTypeOfferings": offers}}))
+elif verb == "ec2 describe-instance-types":
+    types = args[args.index("--instance-types") + 1 : args.index("--region")]
+    facts = [{{"InstanceType": t, "VCpuInfo": {{"DefaultVCpus": 4}}}} for t in types]
+    print(json.dumps({{"InstanceTypes": facts}}))
+elif verb == "service-quotas get-service-quota":
+    print(json.dumps({{"Quota": {{"Value": 1000.0}}}}))
+else:
+    print(json.dumps({{"Account": "123456789012", "Arn": "arn:aws:sts::123456789012:assumed-role/ci/run"}}))
 """
 
 
@@ -125,6 +144,12 @@ def _eks_env(monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
     monkeypatch.setenv("KRC_EKS_REGION", "eu-west-1")
     monkeypatch.setenv("KRC_EKS_MAX_RUN_MINUTES", "90")
     monkeypatch.setenv("KRC_OWNER", "ci-nightly")
+    # The eks provider refuses to start without remote state (test_eks_remote_state.py).
+    backend = Path(os.environ["STANDIN_LOG"]).with_name("backend.hcl")
+    backend.write_text('bucket = "krc-state"\nkey = "eks/terraform.tfstate"\nregion = "eu-west-1"\n')
+    monkeypatch.setenv("KRC_TF_BACKEND", "s3")
+    monkeypatch.setenv("KRC_TF_BACKEND_CONFIG", str(backend))
+    monkeypatch.delenv("KRC_EKS_KARPENTER", raising=False)
     for key, value in extra.items():
         monkeypatch.setenv(key, value)
 
