@@ -285,6 +285,11 @@ class Terraform:
             interruptible=False,
         )
 
+    def workspaces(self) -> list[str]:
+        """The workspaces the backend holds (`workspace list` marks the selected one with '*')."""
+        listed = self.run(["workspace", "list"], capture=True)
+        return [line.strip().lstrip("*").strip() for line in listed.splitlines() if line.strip()]
+
     def delete_workspace(self) -> None:
         self.run(["workspace", "select", "default"], interruptible=False)
         self.run(["workspace", "delete", self.workspace.name], interruptible=False)
@@ -379,6 +384,11 @@ class TerraformProvider:
     def facts(self, outputs: dict[str, Any]) -> dict[str, object]:
         return {}
 
+    def destroy_variables(self, workspace: RunWorkspace) -> dict[str, Any] | None:
+        """Variables enough to destroy a run this machine has no record of, from remote state (the
+        reaper, another runner); None: this provider cannot do that."""
+        return None
+
     def before_apply(self, terraform: Terraform) -> None:
         """Called once init succeeded, right before the first apply."""
 
@@ -433,7 +443,10 @@ class TerraformProvider:
     def down(self) -> list[str]:
         if self.run_id is not None:
             workspace = RunWorkspace.for_run(self.name, self.run_id)
-            targets = [workspace] if workspace.state not in ("new", "destroyed") else []
+            backend = Backend.from_env()
+            if not workspace.record() and backend is not None:
+                self._adopt(workspace, backend)  # a run made elsewhere: its state is in the backend
+            targets = [workspace] if workspace.state not in ("new", "destroyed", "absent") else []
         else:
             targets = RunWorkspace.live(self.name)
         problems = []
@@ -444,6 +457,27 @@ class TerraformProvider:
                 problems.append(problem)
         self._cluster = None
         return problems
+
+    def _adopt(self, workspace: RunWorkspace, backend: Backend) -> None:
+        """Make this machine's record of a run whose state only the backend holds: a copy of the
+        module, variables enough to destroy, init, and its workspace selected (state `applied`), or
+        state `absent` when the backend has no workspace of that run. Nothing for a provider that
+        cannot say its destroy variables."""
+        variables = self.destroy_variables(workspace)
+        if variables is None:
+            return
+        binary = require_tools(self.name, ())
+        terraform = Terraform(binary, workspace, backend)
+        terraform.prepare(self.module)
+        workspace.var_file.write_text(json.dumps(variables, indent=2) + "\n")
+        # No record until the backend has answered: a failed init leaves nothing that would make
+        # the next `down` believe the run was never applied.
+        terraform.init()
+        held = workspace.name in terraform.workspaces()
+        if held:
+            terraform.run(["workspace", "select", workspace.name])
+        state = "applied" if held else "absent"
+        workspace.update(state=state, binary=str(binary), module=self.module, adopted=True)
 
     def _destroy(self, terraform: Terraform) -> str:
         """Destroy and forget the workspace; returns what went wrong, or ''."""
