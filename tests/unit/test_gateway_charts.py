@@ -4,7 +4,8 @@ The pure parts (the plan, helm's argv and values, profile validation, the refusa
 directly. The helm and kind calls run against recording stand-in programs on PATH, in the style
 of test_terraform_orchestration_only.py; in the install-sequence test the Kubernetes-side steps
 (CRDs, GatewayClass, waits) are replaced by recorders, so it shows the order and the record of
-what was made, not that Istio or Envoy Gateway works: that needs a kind runner (README, "kind").
+what was made, not that Istio or Envoy Gateway works: that needs a kind runner
+(docs/gateway-and-load.md, "Untested here").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""README's settings table equals the code: every KRC_ variable read anywhere, every profile key of
-the schema with its default; and the README's tables are well formed (header, then separator)."""
+"""The settings table of docs/profiles.md equals the code: every KRC_ variable read anywhere, every
+profile key of the schema with its default; and the tables of README.md and docs/*.md are well
+formed (header, then separator)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ from conformance.profiles.schema import ProfileDocument
 from conformance.providers.local import layout, network
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+SETTINGS_DOC = ROOT / "docs" / "profiles.md"
+SETTINGS = SETTINGS_DOC.read_text()
+MARKDOWN = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 KRC = re.compile(r"\bKRC_[A-Z0-9_]+\b")
 
 
 def _settings_rows() -> dict[str, tuple[str, str]]:
-    """setting -> (kind, default) from the table under `## Settings`."""
-    section = README.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    """setting -> (kind, default) from the table under `## Settings` of docs/profiles.md."""
+    section = SETTINGS.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -45,7 +48,7 @@ def _read_by_code() -> set[str]:
 def test_every_krc_variable_of_the_code_is_in_the_table_and_no_other() -> None:
     documented = {name for name, (kind, _) in _settings_rows().items() if kind.startswith("env")}
     in_code = _read_by_code()
-    assert in_code - documented == set(), "add these to README's Settings table"
+    assert in_code - documented == set(), "add these to the Settings table of docs/profiles.md"
     assert documented - in_code == set(), "the code reads none of these: remove them from the table"
 
 
@@ -71,12 +74,14 @@ def test_every_profile_key_is_in_the_table_with_its_default() -> None:
     assert documented == _profile_keys(ProfileDocument)
 
 
-def test_every_readme_table_has_its_separator_right_after_the_header() -> None:
-    lines = README.splitlines()
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda path: path.relative_to(ROOT).as_posix())
+def test_every_table_has_its_separator_right_after_the_header(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    where = path.relative_to(ROOT)
     for number, line in enumerate(lines):
         starts = line.startswith("|") and (number == 0 or not lines[number - 1].startswith("|"))
         if starts:
-            assert re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[number + 1]), f"README line {number + 2}"
+            assert re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[number + 1]), f"{where} line {number + 2}"
             assert not any(re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", rest) for rest in _table(lines, number + 2))
 
 
