@@ -134,7 +134,7 @@ def _profile(tmp_path: Path, base: str, gateway_section: dict) -> Path:
 def test_profiles_name_the_implementation() -> None:
     kind = profiles.load("kind")
     assert (kind.gateway_install, kind.gateway_class) == ("istio", "istio")  # as KubeRay's CI
-    assert profiles.load("eks-gpu").gateway_install == "existing"
+    assert profiles.load("eks-gpu").gateway_install == "istio"  # the EKS module installs none
 
 
 def test_a_bad_gateway_install_lists_the_choices(tmp_path: Path) -> None:
