@@ -11,6 +11,12 @@ module "karpenter" {
   node_iam_role_use_name_prefix   = false
   node_iam_role_name              = "${var.cluster_name}-karpenter-node"
   create_pod_identity_association = true
+  # Every name starts with the cluster's (krc-...), so the CI role's rights can be held to that
+  # prefix (docs/eks.md): the controller's role and policy, the interruption queue and its rules.
+  iam_role_name    = "${var.cluster_name}-karpenter"
+  iam_policy_name  = "${var.cluster_name}-karpenter"
+  queue_name       = "${var.cluster_name}-karpenter"
+  rule_name_prefix = "${var.cluster_name}-"
 
   tags = local.tags
 }

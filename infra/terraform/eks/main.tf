@@ -85,6 +85,9 @@ module "eks" {
 
   eks_managed_node_groups = {
     cpu = {
+      # IAM names start with the cluster's (krc-...), so the CI role's IAM rights can be held to
+      # that prefix (docs/eks.md).
+      iam_role_name  = "${var.cluster_name}-cpu"
       ami_type       = "AL2023_x86_64_STANDARD"
       instance_types = var.cpu_node_group.instance_types
       min_size       = var.cpu_node_group.min_size
@@ -96,6 +99,7 @@ module "eks" {
     }
 
     gpu = {
+      iam_role_name  = "${var.cluster_name}-gpu"
       ami_type       = var.gpu_node_group.ami_type
       instance_types = var.gpu_node_group.instance_types
       min_size       = var.gpu_node_group.min_size
