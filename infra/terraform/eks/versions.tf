@@ -13,6 +13,7 @@ terraform {
     }
   }
 
-  # No backend block: state is local (one directory per run) unless the harness is given a
-  # backend (KRC_TF_BACKEND + KRC_TF_BACKEND_CONFIG), which it writes into the run's copy.
+  # No backend block here: the harness writes the one it is given (KRC_TF_BACKEND +
+  # KRC_TF_BACKEND_CONFIG) into the run's copy. The eks provider refuses to run without one, so the
+  # reaper can destroy what a lost run left (docs/eks.md). S3's use_lockfile needs 1.10 or newer.
 }
