@@ -32,6 +32,7 @@ from conformance.errors import EXIT_ENVIRONMENT, HarnessError
 from conformance.providers import eks_preflight
 from conformance.providers.eks import SUPPORTED_REGIONS, EksProvider, require_remote_state
 from conformance.providers.eks_preflight import AwsCall, AwsError
+from conformance.providers.terraform import RunWorkspace
 
 TAG_MANAGED_BY = "kuberay-conformance/managed-by"
 TAG_RUN_ID = "kuberay-conformance/run-id"
@@ -166,6 +167,12 @@ def destroy(region: str, run_id: str) -> int:
         return exc.exit_code
     for problem in problems:
         print(f"eks-reaper: {run_id}: not destroyed: {problem}", file=sys.stderr)
+    if RunWorkspace.for_run("eks", run_id).state == "absent":
+        # Tagged resources, no state: flagged as stuck by `expired` if they are still there later.
+        print(
+            f"eks-reaper: {run_id}: the backend holds no workspace of this run; nothing destroyed",
+            file=sys.stderr,
+        )
     return EXIT_ENVIRONMENT if problems else 0
 
 

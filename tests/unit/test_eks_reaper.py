@@ -208,11 +208,12 @@ def test_destroy_adopts_the_runs_remote_state_and_destroys_that_workspace(
 
 
 def test_destroy_of_a_run_the_backend_does_not_hold_destroys_nothing(
-    terraform: Path, monkeypatch: pytest.MonkeyPatch
+    terraform: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("STANDIN_WORKSPACES", "krc-eks-41-1")
     assert eks_reaper.destroy("eu-west-1", "eks-42-1") == 0
     assert verbs(terraform) == ["init", "workspace list"]
+    assert "holds no workspace of this run" in capsys.readouterr().err
     assert RunWorkspace.for_run("eks", "eks-42-1").state == "absent"
 
 
