@@ -87,10 +87,12 @@ def test_nightly_kind_runs_on_a_schedule_and_on_demand_over_profiles() -> None:
 def test_nightly_kind_provisions_through_the_provider_and_keeps_the_reports() -> None:
     job = workflow("nightly-kind.yml")["jobs"]["conformance"]
     run = next(s for s in steps(job) if s.get("id") == "run")
-    assert "make conformance PROVIDER=kind" in run["run"]
+    assert job["env"]["PROVIDER"] == "kind" and job["env"]["SELECTION"] == ""  # the rehearsal swaps these
+    assert 'make conformance PROVIDER="$PROVIDER"' in run["run"] and "--run-dir reports/$RUN_ID" in run["run"]
+    assert "${{ github.run_id }}" in job["env"]["RUN_ID"]  # one run's leftover never blocks the next
     upload = step_using(job, "actions/upload-artifact")
     assert upload["if"] == "always()" and upload["with"]["path"] == "reports/"
-    cleanup = next(s for s in steps(job) if "cluster down --provider kind" in s.get("run", ""))
+    cleanup = next(s for s in steps(job) if 'cluster down --provider "$PROVIDER"' in s.get("run", ""))
     assert cleanup["if"] == "always()"
 
 
