@@ -58,8 +58,9 @@ test: host-deps venv
 	@$(BIN)/pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The main job: exit 0 conformant, 1 conformance failures, 2 harness/environment errors (also: another
-# run holds the cluster), 3 usage. WORKERS=N|auto checks at once (auto: what the cluster can hold).
+# The main job. The CLI exits 0 conformant, 1 conformance failures, 2 harness/environment errors
+# (also: another run holds the cluster), 3 usage; make itself exits 2 whenever it fails, so a caller
+# that needs the difference (CI) runs the CLI. WORKERS=N|auto checks at once (auto: what the cluster can hold).
 # kind and eks clusters need none of the local provider's host packages (and CI runners are not root).
 conformance: $(if $(filter local,$(PROVIDER)),host-deps) venv
 	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) --workers $(WORKERS) $(if $(KUBERAY_SOURCE),--kuberay-source $(KUBERAY_SOURCE)) $(RUN_ARGS)

@@ -3,7 +3,7 @@
 Read from .github/workflows/nightly-kind.yml (tests/workflow_rehearsal.py), so the rehearsal and the
 workflow cannot drift apart. The user has its own HOME, no write access to /var, Go and Helm on
 PATH (what setup-go and setup-helm give a runner) and a copy of the checkout as its workspace. The
-local cluster stands in for kind: the job's PROVIDER is `existing` and its SELECTION an operator, a
+local cluster stands in for kind: the job's PROVIDER is `existing` and its KEYWORD an operator, a
 RayJob and a RayService-under-load check, with a profile naming the images built here and the
 Traefik installed here. It must reach a conformant verdict with every write in the user's own
 directories: the cache, the Go build of the load generator, the virtualenv, the reports.
@@ -137,8 +137,7 @@ def _rehearse(runner: Runner, cluster: Cluster, local_provider: LocalProvider) -
     profile, kubeconfig = _profile(runner), _kubeconfig(runner, cluster)
     subprocess.run(["chown", "-R", f"{runner.user}:{runner.user}", str(runner.home)], check=True)
     job = Job.read(WORKFLOW, "conformance")
-    selection = " or ".join(CHECKS)
-    job.env.update(PROVIDER="existing", PROFILE=str(profile), SELECTION=f"-k '{selection}'")
+    job.env.update(PROVIDER="existing", PROFILE=str(profile), KEYWORD=" or ".join(CHECKS))
     contexts = Contexts(
         {
             "github": {"workspace": str(runner.workspace), "run_id": "rehearsal", "run_attempt": "1",

@@ -87,13 +87,25 @@ def test_nightly_kind_runs_on_a_schedule_and_on_demand_over_profiles() -> None:
 def test_nightly_kind_provisions_through_the_provider_and_keeps_the_reports() -> None:
     job = workflow("nightly-kind.yml")["jobs"]["conformance"]
     run = next(s for s in steps(job) if s.get("id") == "run")
-    assert job["env"]["PROVIDER"] == "kind" and job["env"]["SELECTION"] == ""  # the rehearsal swaps these
-    assert 'make conformance PROVIDER="$PROVIDER"' in run["run"] and "--run-dir reports/$RUN_ID" in run["run"]
+    assert job["env"]["PROVIDER"] == "kind" and job["env"]["KEYWORD"] == ""  # the rehearsal swaps these
+    # The CLI's own exit code: `make conformance` would turn a conformance failure (1) into 2.
+    assert 'kuberay-conformance run --provider "$PROVIDER"' in run["run"] and "\nmake " not in run["run"]
+    assert '--run-dir "reports/$RUN_ID"' in run["run"]
     assert "${{ github.run_id }}" in job["env"]["RUN_ID"]  # one run's leftover never blocks the next
     upload = step_using(job, "actions/upload-artifact")
     assert upload["if"] == "always()" and upload["with"]["path"] == "reports/"
     cleanup = next(s for s in steps(job) if 'cluster down --provider "$PROVIDER"' in s.get("run", ""))
     assert cleanup["if"] == "always()"
+
+
+def test_nightly_kind_ends_its_run_in_time_for_the_destroy_and_upload_steps() -> None:
+    """The run gets SIGINT (it then writes its report, marked incomplete) RUN_MINUTES in, and the
+    job keeps time after that for the harness to stop, the cluster's destroy and the upload."""
+    job = workflow("nightly-kind.yml")["jobs"]["conformance"]
+    run = next(s for s in steps(job) if s.get("id") == "run")
+    assert 'timeout --signal=INT --kill-after=5m "${RUN_MINUTES}m"' in run["run"]
+    after_the_run = 5 + 10  # the kill-after grace, then destroy and upload (estimates)
+    assert int(job["env"]["RUN_MINUTES"]) + after_the_run <= job["timeout-minutes"]
 
 
 def test_nightly_kind_tells_conformance_failures_from_harness_errors() -> None:

@@ -14,9 +14,9 @@ def test_the_nightly_job_is_read_with_its_run_steps_in_order() -> None:
     job = Job.read(ROOT / ".github/workflows/nightly-kind.yml", "conformance")
     names = [step.name for step in job.steps]
     assert names.index("Install the harness") < names.index("Conformance run on kind")
-    assert {"PROVIDER", "PROFILE", "SELECTION", "RUN_ID"} <= set(job.env)
+    assert {"PROVIDER", "PROFILE", "KEYWORD", "RUN_ID"} <= set(job.env)
     run = next(step for step in job.steps if step.step_id == "run")
-    assert '"$PROVIDER"' in run.run and "$SELECTION" in run.run
+    assert '"$PROVIDER"' in run.run and '"$KEYWORD"' in run.run
 
 
 def test_expressions_read_their_contexts() -> None:
