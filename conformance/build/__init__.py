@@ -1,0 +1,1 @@
+"""Artifacts the harness builds for providers other than the local one (kind node images)."""
