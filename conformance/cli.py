@@ -13,12 +13,12 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import pytest
 
-from conformance import capacity, cluster_lock, interrupts, parallel, profiles, suite_session
+from conformance import capacity, cluster_lock, interrupts, parallel, profiles, selection, suite_session
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.kube.target import api_client
@@ -27,6 +27,9 @@ from conformance.providers.base import NodeFaults
 from conformance.report import summary
 from conformance.report.summary import AREAS, new_run_id, now
 from conformance.timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from conformance.report.build import Built
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -238,6 +241,35 @@ class WorkerCount(click.ParamType):
         self.fail(f"{text!r} is neither auto nor a whole number of at least 1", param, ctx)
 
 
+class ShardSpec(click.ParamType):
+    """K/N: shard K of N, 1 <= K <= N (selection.py)."""
+
+    name = "K/N"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return str(selection.parse_shard(str(value)))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+# Declared once for `run` and `list`, so both select the same checks from the same words.
+tier_option = click.option(
+    "--tier",
+    type=click.Choice(selection.TIERS),
+    default=selection.DEFAULT_TIER,
+    show_default=True,
+    help="full: every check; smoke: a few per area, the checks marked smoke (minutes, not hours).",
+)
+shard_option = click.option(
+    "--shard",
+    type=ShardSpec(),
+    default=None,
+    help="Only shard K of N of the selected checks (after --area, -k, --tier), balanced by recorded "
+    "durations; N runs of K=1..N make every check once (`report merge` joins their reports).",
+)
+
+
 def _worker_count(requested: str, environment: Environment, api: object | None) -> int | None:
     """The number of pytest-xdist workers; `auto` asks what the cluster can hold (capacity.py).
 
@@ -269,6 +301,8 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
 )
 @click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Run only these areas.")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
+@tier_option
+@shard_option
 @click.option(
     "--timeout",
     "timeout_overrides",
@@ -318,6 +352,8 @@ def run_command(
     ray_versions: tuple[str, ...],
     areas: tuple[str, ...],
     keyword: str | None,
+    tier: str,
+    shard: str | None,
     timeout_overrides: tuple[str, ...],
     keep_failed: bool,
     keep_cluster: bool,
@@ -343,6 +379,8 @@ def run_command(
             str(target / "junit.xml"),
             "--alluredir",
             str(target / "allure-results"),
+            "--conformance-tier",
+            tier,
         ]
         for option, values in (
             ("--conformance-ray-version", ray_versions),
@@ -350,6 +388,7 @@ def run_command(
             ("--conformance-timeout", timeout_overrides),
             ("--conformance-kuberay-source", (kuberay_source,) if kuberay_source else ()),
             ("--conformance-kuberay-version", (kuberay_version,) if kuberay_version else ()),
+            ("--conformance-shard", (shard,) if shard else ()),
         ):
             for value in values:
                 args += [option, value]
@@ -423,6 +462,8 @@ def run_command(
 @click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Only these areas.")
 @click.option("--ray-version", "ray_versions", multiple=True, help="Ray version(s) (default: the profile's).")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
+@tier_option
+@shard_option
 @click.option("--catches", is_flag=True, help="Also print, under each check, the misbehaviour it catches.")
 @click.option(
     "--kuberay-source",
@@ -435,6 +476,8 @@ def list_command(
     areas: tuple[str, ...],
     ray_versions: tuple[str, ...],
     keyword: str | None,
+    tier: str,
+    shard: str | None,
     catches: bool,
     kuberay_source: str | None,
 ) -> None:
@@ -448,7 +491,7 @@ def list_command(
 
         loaded = profiles.load(profile)  # a bad profile is a one-line usage error, as for run
         loaded.check_ray_versions(ray_versions)
-        found = listing.collect(profile, areas, ray_versions, keyword, kuberay_source)
+        found = listing.collect(profile, areas, ray_versions, keyword, kuberay_source, tier=tier, shard=shard)
         for line in listing.lines(found, catches):
             click.echo(line)
         return 0
@@ -482,7 +525,26 @@ def profile_schema() -> None:
     click.echo(schema.json_schema(), nl=False)
 
 
-@main.command("report")
+class _ReportGroup(click.Group):
+    """`report RUN_DIR` rebuilds a run's reports; `report merge ...` merges shards. Anything that is
+    not a subcommand's name goes to the rebuild, so `report RUN_DIR` reads as it always did."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [REBUILD, *args]
+        return super().parse_args(ctx, args)
+
+
+REBUILD = "rebuild"
+
+
+@main.group("report", cls=_ReportGroup)
+def report_group() -> None:
+    """Rebuild a run's reports: `report RUN_DIR [--history X] [--no-allure]` (its options:
+    `report rebuild --help`); or merge the reports of a run's shards: `report merge DIR... --out DIR`."""
+
+
+@report_group.command(REBUILD, hidden=True)
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--history",
@@ -497,18 +559,51 @@ def report_command(run_dir: Path, history: tuple[Path, ...], no_allure: bool) ->
     """Rebuild RUN_DIR's reports (index.html, allure-report/) from its results; exits with its verdict."""
 
     def action() -> int:
-        from conformance.report import build, terminal  # noqa: PLC0415 - only this command needs them
+        from conformance.report import build  # noqa: PLC0415 - only this command needs it
 
         if not run_dir.is_dir():
             raise UsageError(f"{run_dir} is not a folder", "give the folder of a run, e.g. reports/latest")
-        built = build.build(run_dir, history_sources=history, with_allure=not no_allure)
-        for line in terminal.lines(built):
-            click.echo(line)
-        for problem in built.problems:
-            click.echo(f"warning: {problem}", err=True)
-        return built.summary.exit_code()
+        return _shown(build.build(run_dir, history_sources=history, with_allure=not no_allure))
 
     guarded(action)
+
+
+@report_group.command("merge")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Where the merged report goes: a new or empty folder (its name is the merged run's id).",
+)
+@click.option("--no-allure", is_flag=True, help="Skip the Allure single-file report.")
+def report_merge(run_dirs: tuple[Path, ...], out: Path, no_allure: bool) -> None:
+    """Merge the reports of a run's shards (`run --shard K/N`, K = 1..N) into one: summary.json,
+    junit.xml, allure-results/ and index.html of the checks together; exits with their verdict.
+
+    Refused (exit 3, nothing written) unless the runs are every shard of one selection on one
+    provider, profile and KubeRay, each given once, none merged already, and --out is new or empty."""
+
+    def action() -> int:
+        from conformance.report import merge  # noqa: PLC0415 - only this command needs it
+
+        built = merge.merge(list(run_dirs), out, with_allure=not no_allure)
+        shards = built.summary.merged.get("shards")
+        click.echo(f"merged {shards} shards into {out}")
+        return _shown(built)
+
+    guarded(action)
+
+
+def _shown(built: Built) -> int:
+    """The one-screen summary of built reports and their warnings; the verdict's exit code."""
+    from conformance.report import terminal  # noqa: PLC0415
+
+    for line in terminal.lines(built):
+        click.echo(line)
+    for problem in built.problems:
+        click.echo(f"warning: {problem}", err=True)
+    return built.summary.exit_code()
 
 
 def run() -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import pytest
 
-from conformance import suite_session
+from conformance import selection, suite_session
 from conformance.errors import HarnessError, UsageError
-from conformance.plugin import _area, _issues
+from conformance.plugin import RUN_KEY, _area, _issues
 
 # Markers every check has or that only the harness uses; the rest are worth showing.
 # A check parametrized by a file the version under test ships (its samples) is one check in the
@@ -33,6 +34,7 @@ class Check:
     issues: tuple[int, ...]
     markers: tuple[str, ...]
     catches: str = ""  # the misbehaviour the check exists to catch: its docstring's "Catches" paragraph
+    unit: str = ""  # the checks a shard takes together (selection.unit_of)
 
 
 def catches_of(item: pytest.Item) -> str:
@@ -42,15 +44,29 @@ def catches_of(item: pytest.Item) -> str:
     return " ".join(found[0].split()) if found else ""
 
 
+class Found(list[Check]):
+    """The checks, and the selection that chose them (summary.json's `selection`: tier, shard, counts)."""
+
+    selection: dict[str, object]
+
+
 class _Collector:
     """A pytest plugin that keeps what was collected and what could not be."""
 
     def __init__(self) -> None:
-        self.checks: list[Check] = []
+        self.checks = Found()
+        self.checks.selection = {}
         self.errors: list[str] = []
 
-    @pytest.hookimpl(trylast=True)  # after the conformance plugin's --area selection
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    # A wrapper: it reads the items once every selection (--area, -k, tier, shard) is made.
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> Generator[None, None, None]:
+        yield
+        run = config.stash.get(RUN_KEY, None)
+        if run is not None:
+            self.checks.selection = dict(run.summary.selection)
         for item in items:
             needs = tuple(str(n) for m in item.iter_markers("requires") for n in m.args)
             others = {m.name for m in item.iter_markers()} - _PLAIN_MARKERS
@@ -62,6 +78,7 @@ class _Collector:
                     issues=tuple(_issues(item)),
                     markers=tuple(sorted(n for n in others if not n.startswith("allure"))),
                     catches=catches_of(item),
+                    unit=selection.unit_of(item),
                 )
             )
 
@@ -81,9 +98,12 @@ def collect(
     ray_versions: tuple[str, ...],
     keyword: str | None,
     kuberay_source: str | None = None,
-) -> list[Check]:
+    tier: str = "full",
+    shard: str | None = None,
+) -> Found:
     args = [*suite_session.args(), "--collect-only", "-p", "no:terminal"]
     args += ["--conformance-provider", "local", "--conformance-profile", profile]
+    args += ["--conformance-tier", tier, *(["--conformance-shard", shard] if shard else [])]
     for area in areas:
         args += ["--conformance-area", area]
     for version in ray_versions:
@@ -103,6 +123,7 @@ def collect(
 
 
 def lines(checks: list[Check], with_catches: bool = False) -> list[str]:
+    """One line per check, then the count; a tier or a shard says what it was chosen from."""
     width = max((len(c.area) for c in checks), default=4)
     out = []
     for check in checks:
@@ -115,5 +136,14 @@ def lines(checks: list[Check], with_catches: bool = False) -> list[str]:
         if with_catches:
             out.append(f"{'':<{width}}    {check.catches or 'Catches: (not said)'}")
     areas = sorted({c.area for c in checks})
-    out.append(f"{len(checks)} checks in {len(areas)} areas ({', '.join(areas)})")
+    out.append(f"{len(checks)} checks in {len(areas)} areas ({', '.join(areas)}){_chosen(checks)}")
     return out
+
+
+def _chosen(checks: list[Check]) -> str:
+    chosen = getattr(checks, "selection", {})
+    parts = [f"tier {chosen['tier']}" if chosen.get("tier", "full") != "full" else ""]
+    if chosen.get("shard"):
+        parts.append(f"shard {chosen['shard']} of {chosen['selected']} selected, split {chosen['split']}")
+    said = "; ".join(p for p in parts if p)
+    return f"; {said}" if said else ""

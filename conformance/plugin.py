@@ -42,10 +42,11 @@ from conformance import (
     parallel,
     profiles,
     progress,
+    selection,
 )
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
-from conformance.errors import EXIT_ENVIRONMENT, HarnessError
+from conformance.errors import EXIT_ENVIRONMENT, HarnessError, UsageError
 from conformance.kube import diagnostics, namespaces
 from conformance.report import build as report_build
 from conformance.report import secrets, timelines
@@ -59,6 +60,7 @@ KUBERAY_ISSUE_URL = "https://github.com/ray-project/kuberay/issues/{}"
 RUN_KEY = pytest.StashKey["ConformanceRun"]()
 TURNS = ".turns"  # the lock files of a parallel run's checks, inside the run folder (exclusive.py)
 NOTES_PREFIX = "notes-"  # in TURNS: a worker's lines for environment.notes, one file per worker
+SELECTION_FILE = "selection.json"  # in TURNS: what the workers selected, which the controller never collects
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,6 +74,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-keep-failed", action="store_true", help="keep namespaces of failed checks")
     group.addoption("--conformance-keep-cluster", action="store_true", help="leave the cluster running")
     group.addoption("--conformance-area", action="append", default=[], help="run only these areas")
+    group.addoption(
+        "--conformance-tier",
+        default=selection.DEFAULT_TIER,
+        help="full (every check) or smoke (the checks marked smoke)",
+    )
+    group.addoption("--conformance-shard", default=None, metavar="K/N", help="run only shard K of N")
     group.addoption(
         "--conformance-kuberay-source",
         default=None,
@@ -109,6 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "requires(*needs): preconditions (gpu, gateway_api, gate:X, kuberay>=V)"
     )
     config.addinivalue_line("markers", exclusive.MARKER_HELP)
+    config.addinivalue_line("markers", selection.SMOKE_HELP)
     provider = config.getoption("--conformance-provider", default=None)
     if provider:
         try:
@@ -120,6 +129,31 @@ def pytest_configure(config: pytest.Config) -> None:
         if run.controller:
             config.pluginmanager.register(XdistController(run), "kuberay-conformance-xdist")
         progress.route_lines_to(_terminal_line_writer(config))
+
+
+@pytest.hookimpl(trylast=True)  # after --area and -k: the tier and the shard select among what is left
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.select(items)
+
+
+def _asked_selection(config: pytest.Config) -> dict[str, object]:
+    """The selection as asked (summary.json's `selection`); the counts come once collected."""
+    tier = config.getoption("--conformance-tier")
+    if tier not in selection.TIERS:
+        raise UsageError(f"--tier {tier!r} is not one of {', '.join(selection.TIERS)}")
+    shard = config.getoption("--conformance-shard")
+    try:
+        parsed = selection.parse_shard(shard) if shard else None
+    except ValueError as exc:
+        raise UsageError(f"--shard {exc}", "give K/N with 1 <= K <= N, e.g. --shard 2/4") from None
+    return {
+        "tier": tier,
+        "areas": sorted(config.getoption("--conformance-area")),
+        "keyword": config.option.keyword or None,
+        "shard": str(parsed) if parsed else None,
+    }
 
 
 class ConformanceRun:
@@ -160,6 +194,7 @@ class ConformanceRun:
             provider=provider,
             profile=self.options.profile.name,
             versions={},
+            selection=_asked_selection(config),
         )
         self._metrics: dict[str, dict[str, float]] = {}
         self.results: dict[str, TestResult] = {}
@@ -213,6 +248,27 @@ class ConformanceRun:
             item.add_marker(allure.story(item.originalname if hasattr(item, "originalname") else item.name))
             for number in _issues(item):
                 item.add_marker(allure.issue(KUBERAY_ISSUE_URL.format(number), f"kuberay#{number}"))
+
+    def select(self, items: list[pytest.Item]) -> None:
+        """Keep the tier's checks, then the shard's (selection.py); record what was selected."""
+        asked = self.summary.selection
+        chosen = selection.tier_of(items, str(asked["tier"]))
+        selected, split = len(chosen), None
+        if asked["shard"]:
+            areas = {item.nodeid: _area(item) for item in chosen}
+            shard = selection.parse_shard(str(asked["shard"]))
+            made = selection.shard_of(chosen, shard, areas, selection.recorded_durations())
+            chosen, split = made.kept, made.split
+        kept = {id(item) for item in chosen}
+        deselected = [item for item in items if id(item) not in kept]
+        if deselected:
+            items[:] = chosen
+            self.config.hook.pytest_deselected(items=deselected)
+        self.summary.selection = {**asked, "selected": selected, "checks": len(chosen), "split": split}
+        if self.worker and not self.collect_only:  # the controller collects nothing: it reads this
+            _write_atomically(
+                self.options.run_dir / TURNS / SELECTION_FILE, json.dumps(self.summary.selection)
+            )
 
     # -- environment ------------------------------------------------------------------
 
@@ -586,6 +642,9 @@ class ConformanceRun:
             notes += self.lock.notes
         for written in sorted((self.options.run_dir / TURNS).glob(f"{NOTES_PREFIX}*")):
             notes += written.read_text().splitlines()
+        selected = self.options.run_dir / TURNS / SELECTION_FILE
+        if self.controller and selected.is_file():
+            self.summary.selection = json.loads(selected.read_text())
         notes += self.crashed
 
     def _release_lock(self) -> None:
@@ -797,6 +856,13 @@ def _failure_details(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr or "")
     return text[:4000]
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Every worker writes the same file; a reader sees one whole copy."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _slug(text: str) -> str:

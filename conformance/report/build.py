@@ -41,8 +41,10 @@ def build(
     history_sources: Sequence[Path] = (),
     with_allure: bool = True,
     cache: Path | None = None,
+    exclude_runs: Sequence[str] = (),
 ) -> Built:
-    """Write the reports of `run_dir`; earlier runs come from `history_sources` and the folders beside it."""
+    """Write the reports of `run_dir`; earlier runs come from `history_sources` and the folders beside it
+    (but for `exclude_runs`: the shards of a merged run are parts of it, not its past)."""
     started = time.monotonic()
     run_dir = run_dir.resolve()
     summary = load_results(run_dir)
@@ -50,6 +52,7 @@ def build(
     earlier, unreadable = history.collect(
         [run_dir.parent, *history_sources], exclude_run=summary.run_id, before=summary.started
     )
+    earlier = [point for point in earlier if point.run_id not in exclude_runs]
     problems += unreadable
     page = (
         _allure(run_dir, summary, history_sources, cache, problems)

@@ -36,6 +36,7 @@ class RunPoint:
     outcomes: dict[str, str]  # check key -> outcome
     areas: dict[str, str] = field(default_factory=dict)  # check key -> area
     source: str = ""
+    merged_from: tuple[str, ...] = ()  # a report merged from shards: their run ids
 
 
 @dataclass
@@ -62,6 +63,16 @@ def from_summary(summary: Summary, source: str = "") -> RunPoint:
         outcomes={check_key(t.id): t.outcome for t in summary.tests},
         areas={check_key(t.id): t.area for t in summary.tests},
         source=source,
+        merged_from=_merged_from(summary),
+    )
+
+
+def _merged_from(summary: Summary) -> tuple[str, ...]:
+    runs = summary.merged.get("runs")
+    return (
+        tuple(str(run.get("run_id")) for run in runs if isinstance(run, dict))
+        if isinstance(runs, list)
+        else ()
     )
 
 
@@ -91,12 +102,16 @@ def collect(
                 problems.append(f"{source}: not a readable Allure history file ({exc})")
         if not source.exists():
             problems.append(f"{source}: no such file or folder")
+    # A shard is part of the run merged from it: the merged report stands for it in history.
+    covered = {run_id for p in points.values() for run_id in p.merged_from}
     kept = [
         p
         for p in points.values()
-        if p.run_id != exclude_run and (not before or _instant(p.started) <= _instant(before))
+        if p.run_id != exclude_run
+        and p.run_id not in covered
+        and (not before or instant(p.started) <= instant(before))
     ]
-    kept.sort(key=lambda p: _instant(p.started))
+    kept.sort(key=lambda p: instant(p.started))
     return kept[-WINDOW:], problems
 
 
@@ -148,7 +163,8 @@ def _allure_outcome(item: dict) -> str:
     return _ALLURE_STATUS.get(status, "error")
 
 
-def _instant(iso: str) -> datetime.datetime:
+def instant(iso: str) -> datetime.datetime:
+    """An ISO-8601 time, naive ones as UTC; an unreadable one as the earliest time."""
     try:
         moment = datetime.datetime.fromisoformat(iso)
     except ValueError:

@@ -184,8 +184,31 @@ def facts(summary: Summary) -> list[tuple[str, str]]:
         ("Started", summary.started),
         ("Finished", summary.finished),
         ("Preparing took", human_seconds(env["prepare_s"]) if env.get("prepare_s") is not None else ""),
+        ("Checks selected", selected(summary.selection)),
+        ("Merged from", _merged_from(summary.merged)),
     ]
     return [(k, v) for k, v in rows if v]
+
+
+def selected(chosen: dict[str, object]) -> str:
+    """The selection in words: "smoke tier, areas upgrade; shard 2/4 (57 of 227 checks)"."""
+    if not chosen:
+        return ""
+    parts = [f"{chosen.get('tier', 'full')} tier"]
+    if chosen.get("areas"):
+        parts.append("areas " + ", ".join(str(a) for a in chosen["areas"]))  # type: ignore[union-attr]
+    if chosen.get("keyword"):
+        parts.append(f"-k {chosen['keyword']}")
+    if chosen.get("shard"):
+        parts.append(f"shard {chosen['shard']} ({chosen.get('checks')} of {chosen.get('selected')} checks)")
+    return ", ".join(parts)
+
+
+def _merged_from(merged: dict[str, object]) -> str:
+    runs = merged.get("runs")
+    if not isinstance(runs, list):
+        return ""
+    return f"{len(runs)} shards: " + ", ".join(f"{r.get('shard')} {r.get('verdict')}" for r in runs)
 
 
 def _exposure(env: dict[str, object]) -> str:

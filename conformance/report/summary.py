@@ -75,6 +75,11 @@ class Summary:
     complete: bool = True
     tests: list[TestResult] = field(default_factory=list)
     environment: dict[str, object] = field(default_factory=dict)
+    # Added after the first contract (older files load without them). Which checks the run was
+    # asked to make: tier, areas, keyword (-k), shard "K/N" and the counts (conformance/selection.py).
+    selection: dict[str, object] = field(default_factory=dict)
+    # Only in a report merged from shards (`report merge`): the shards it was made of.
+    merged: dict[str, object] = field(default_factory=dict)
 
     def add(self, result: TestResult) -> None:
         if result.area not in (*AREAS, HARNESS):
@@ -121,12 +126,15 @@ class Summary:
             "verdict": self.verdict(),
             "complete": self.complete,
             "environment": self.environment,
+            "selection": self.selection,
+            **({"merged": self.merged} if self.merged else {}),
             "areas": self.areas(),
             HARNESS: self.areas(harness=True).get(HARNESS, {}),
             "tests": [asdict(t) for t in self.tests],
         }
 
-    def write(self, run_dir: Path) -> Path:
+    def write(self, run_dir: Path, latest: bool = True) -> Path:
+        """summary.json into `run_dir`; `latest` beside it points at it (a run's, not a merge's)."""
         if not self.finished:
             self.finished = now()
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +142,8 @@ class Summary:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         tmp.replace(path)
-        point_latest(run_dir)
+        if latest:
+            point_latest(run_dir)
         return path
 
 
@@ -158,6 +167,8 @@ def load(path: Path) -> Summary:
         finished=data.get("finished", ""),
         complete=data.get("complete", True),
         environment=data.get("environment", {}),
+        selection=data.get("selection", {}),
+        merged=data.get("merged", {}),
     )
     for test in data["tests"]:
         summary.add(TestResult(**test))

@@ -37,7 +37,21 @@ def _headline(summary: Summary) -> str:
 
 def _versions(summary: Summary) -> str:
     parts = [f"run {summary.run_id}", f"{summary.provider}/{summary.profile}"]
+    chosen = summary.selection
+    if chosen.get("tier", "full") != "full" or chosen.get("shard") or summary.merged:
+        parts.append(_selection(summary))
     return " · ".join(parts + [f"{k} {v}" for k, v in summary.versions.items() if v])
+
+
+def _selection(summary: Summary) -> str:
+    """A smoke tier, a shard, or the shards merged: what the counts below are of."""
+    chosen = summary.selection
+    said = [f"{chosen['tier']} tier"] if chosen.get("tier", "full") != "full" else []
+    if chosen.get("shard"):
+        said.append(f"shard {chosen['shard']}")
+    if summary.merged:
+        said.append(f"{summary.merged.get('shards')} shards merged")
+    return ", ".join(said)
 
 
 def _area_table(summary: Summary) -> list[str]:

@@ -62,6 +62,7 @@ def _no_pods(group: str) -> Any:
 # -- what enabling the autoscaler adds -------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_in_tree_autoscaling_adds_sidecar_role_and_binding(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:
@@ -136,6 +137,7 @@ def test_without_idle_timeout_seconds_idle_workers_go_after_the_default(
 
 @pytest.mark.kuberay_issue(3909)
 @pytest.mark.parametrize("version", ["v2", "v1"])
+@pytest.mark.smoke("v1")
 def test_scales_up_to_demand_within_max_and_down_after_idle(
     version: str,
     ray: Ray,

@@ -61,6 +61,7 @@ def test_deleted_worker_is_replaced_and_rejoins_ray(
 
 
 @pytest.mark.kuberay_issue(1141)
+@pytest.mark.smoke
 def test_deleted_head_is_replaced_and_workers_rejoin(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:

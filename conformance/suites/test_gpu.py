@@ -51,6 +51,7 @@ def _fixed_group(name: str, **extra: Any) -> dict[str, Any]:
 
 @pytest.mark.kuberay_issue(99)
 @pytest.mark.requires("gpu")  # the "limit" group's pod asks the node for a GPU
+@pytest.mark.smoke
 def test_gpu_count_precedence_in_rays_view(
     ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:
@@ -88,6 +89,7 @@ def _gpus_by_group(ray: Ray, group_of: dict[str, str]) -> dict[str, float]:
     return {group_of[address]: gpus for address, gpus in by_address.items() if address in group_of}
 
 
+@pytest.mark.smoke
 def test_group_resources_and_ray_start_gpus_together_are_rejected(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:

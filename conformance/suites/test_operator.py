@@ -37,6 +37,7 @@ def _facts(conformance: Environment, api: client.ApiClient) -> kuberay.OperatorF
     return kuberay.observed_operator(api, conformance.operator_namespace)
 
 
+@pytest.mark.smoke
 def test_crds_are_served_at_v1_and_v1alpha1_is_kept(conformance: Environment, api: client.ApiClient) -> None:
     """Catches: a Ray CRD missing, not served at v1, or no longer serving the deprecated v1alpha1
     that existing manifests still name."""
@@ -63,6 +64,7 @@ def _promised(conformance: Environment) -> kuberay_chart.Promised:
     return conformance.promised
 
 
+@pytest.mark.smoke
 def test_feature_gates_match_the_chart_defaults(conformance: Environment, api: client.ApiClient) -> None:
     """The gates the Deployment passes (as Helm, kustomize or the harness rendered it, read back)
     over the binary's defaults, against the install source's defaults with the profile's overrides.
@@ -90,6 +92,7 @@ def test_leader_election_is_on_and_the_lease_is_held(conformance: Environment, a
 
 
 @pytest.mark.exclusive("deletes the shared operator's pod")
+@pytest.mark.smoke
 def test_operator_is_ready_and_recovers_after_its_pod_is_deleted(
     conformance: Environment, api: client.ApiClient, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:

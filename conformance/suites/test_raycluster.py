@@ -133,6 +133,7 @@ def head_and_workers(
 
 
 @pytest.mark.requires("gate:RayClusterStatusConditions")
+@pytest.mark.smoke
 def test_head_and_workers_report_documented_conditions(
     head_and_workers: Shared[dict[str, float]], shared: Ray, metrics: dict[str, float]
 ) -> None:
@@ -147,6 +148,7 @@ def test_head_and_workers_report_documented_conditions(
     assert cluster["status"].get("readyWorkerReplicas") == 2
 
 
+@pytest.mark.smoke
 def test_head_service_is_headless_with_documented_ports(
     head_and_workers: Shared[dict[str, float]], shared: Ray, profile: Profile
 ) -> None:
@@ -198,6 +200,7 @@ def _env_value(pod: client.V1Pod, name: str) -> str | None:
     return None
 
 
+@pytest.mark.smoke
 def test_a_task_submitted_through_the_head_runs_on_a_worker(
     head_and_workers: Shared[dict[str, float]], shared: Ray
 ) -> None:
@@ -273,6 +276,7 @@ def test_image_change_does_not_restart_existing_pods(
     assert not broken and not gone, f"after an image change: {broken or f'{len(gone)} pods replaced'}"
 
 
+@pytest.mark.smoke
 def test_deleting_the_raycluster_removes_its_pods_and_services(
     head_and_workers: Shared[dict[str, float]], shared: Ray, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:

@@ -57,6 +57,7 @@ def _run_basic_job(ray: Ray, profile: Profile, ray_version: str, timeouts: Timeo
     return {"job": job, "token": token, "seconds": round(time.monotonic() - started, 2), "ray": ray}
 
 
+@pytest.mark.smoke
 def test_k8s_job_mode_reaches_succeeded_and_complete(
     finished_job: Shared[dict[str, Any]], metrics: dict[str, float]
 ) -> None:

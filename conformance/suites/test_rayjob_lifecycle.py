@@ -137,6 +137,7 @@ def _deletions(ray: Ray, cluster: str, job_name: str = "") -> DeletionTimes:
 
 
 @pytest.mark.kuberay_issue(1023, 1944, 3714)
+@pytest.mark.smoke
 def test_shutdown_with_ttl_deletes_the_cluster_after_the_ttl_and_keeps_the_submitter(
     ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts, metrics: dict[str, float]
 ) -> None:

@@ -38,6 +38,7 @@ def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.exclusive("measures failed requests under load", quiet=True)
 @pytest.mark.requires("gateway_api")
+@pytest.mark.smoke
 def test_rayservice_becomes_ready_and_answers_through_the_gateway(
     ray: Ray,
     conformance: Environment,
@@ -158,6 +159,7 @@ def _refused_naming(ray: Ray, name: str, named: str, timeouts: Timeouts) -> None
 
 @pytest.mark.requires("gate:RayServiceIncrementalUpgrade")
 @pytest.mark.parametrize("case", list(INVALID_INCREMENTAL))
+@pytest.mark.smoke
 def test_invalid_incremental_upgrade_is_rejected(
     case: str, ray: Ray, base: dict[str, Any], profile: Profile, timeouts: Timeouts
 ) -> None:

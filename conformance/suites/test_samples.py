@@ -53,6 +53,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("sample_file", params)
 
 
+@pytest.mark.smoke("ray-cluster.sample.yaml", "no-samples")
 def test_sample_works_as_kuberay_ships_it(
     sample_file: tuple[Path | None, str],
     conformance: Environment,

@@ -119,6 +119,7 @@ def _requires_token_auth(capabilities: caps.Capabilities, ray_version: str) -> N
         pytest.skip("not applicable: " + why)
 
 
+@pytest.mark.smoke
 def test_token_auth_gives_the_cluster_a_secret_with_auth_token(
     capabilities: caps.Capabilities, ray_version: str, secured: Shared[dict[str, Any]], shared: Ray
 ) -> None:
@@ -140,6 +141,7 @@ def test_token_auth_gives_the_cluster_a_secret_with_auth_token(
     assert (ref.name, ref.key) == (NAME, TOKEN_KEY), f"RAY_AUTH_TOKEN comes from {ref.name}/{ref.key}"
 
 
+@pytest.mark.smoke
 def test_dashboard_and_job_submission_require_the_token(
     capabilities: caps.Capabilities, ray_version: str, secured: Shared[dict[str, Any]], shared: Ray
 ) -> None:
@@ -200,6 +202,7 @@ def _answers(address: str, port: int) -> bool:
 
 
 @pytest.mark.area("harness")
+@pytest.mark.smoke
 def test_the_token_never_appears_in_the_run_artifacts(
     capabilities: caps.Capabilities,
     ray_version: str,

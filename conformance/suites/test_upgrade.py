@@ -161,6 +161,7 @@ def _serving_with_a_load(
 
 @pytest.mark.requires("gateway_api")
 @pytest.mark.kuberay_issue(2177, 1245)
+@pytest.mark.smoke
 def test_new_cluster_upgrade_under_load(
     ray: Ray,
     conformance: Environment,
@@ -484,6 +485,7 @@ def _incremental_under_way(
 @pytest.mark.requires("gateway_api", "gate:RayServiceIncrementalUpgrade")
 @pytest.mark.kuberay_issue(2177)
 @pytest.mark.parametrize(("step", "interval", "surge"), PLANS)
+@pytest.mark.smoke("step100-interval1-surge100")
 def test_incremental_upgrade_under_load(
     step: int,
     interval: int,
