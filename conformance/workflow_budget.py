@@ -27,6 +27,12 @@ The model, and what it assumes:
 - Fixed phases (runner setup, cluster create, install, teardown, upload) are named constants below,
   each with its source; most are estimates, said so.
 - MARGIN on top of everything, for the platform differences nobody measured.
+- Shards: nightly-kind runs the full tier as N jobs of `run --shard K/N` (conformance/selection.py
+  splits the checks by the same recorded durations) and merges their reports. Each shard makes and
+  prepares its own cluster, so every fixed phase is paid per shard; only the checks are fewer. The
+  split is modelled as the harness makes it, with KubeRay's samples (listed as `no-samples` without
+  the version's files) spread as the recorded ones. N is the fewest shards whose every job fits
+  SHARD_JOB_MOST_MIN on GitHub's standard runner for public repositories (4 cores, 16 GiB).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from conformance import selection
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "benchmarks" / "results" / "conformance_run.json"
@@ -67,6 +75,13 @@ KIND_PREPARE_MIN = 453.9 / 60
 KIND_IMAGE_PULL_MIN = 3.0  # rayproject/ray pulled from Docker Hub by each node the first time; estimate
 KIND_DELETE_MIN = 1.0  # `kind delete cluster`; estimate
 
+# Shards of nightly-kind (issue 44: each shard's job fits 45 minutes on a 4-core runner). GitHub's
+# ubuntu-24.04 runner for public repositories: 4 cores, 16 GiB.
+SHARD_RUNNER_CORES = 4
+SHARD_RUNNER_MEMORY_GIB = 16.0
+SHARD_JOB_MOST_MIN = 45
+MOST_SHARDS = 20  # a free GitHub account runs at most 20 jobs at once
+
 # EKS (eks-gpu.yml). Estimates from the steps, infra/terraform/README.md "Expected wall time": init 1,
 # apply 20 (VPC, control plane, node groups, add-ons, device plugin), KubeRay and first image pulls
 # 4, destroy 10. Istio from its Helm charts: 2, estimate.
@@ -93,6 +108,7 @@ class Check:
     name: str  # the test id without its file: test_function[params]
     area: str
     exclusive: bool
+    unit: str = ""  # the checks a shard takes together (selection.unit_of); "" for the name
 
 
 def recorded_durations(path: Path = DURATIONS) -> dict[str, float]:
@@ -151,23 +167,26 @@ def _recorded_workers(run_id: str) -> int:
     raise ValueError(f"no column of {WHOLE_JOB_RUNS.name} records run {run_id}")
 
 
-def checks_minutes(checks: Sequence[Check], workers: int) -> float:
-    """What the checks take on `workers`, calibrated: minutes."""
+def checks_minutes(checks: Sequence[Check], workers: int, whole: Sequence[Check] = ()) -> float:
+    """What the checks take on `workers`, calibrated: minutes. `whole`: the job the checks are a
+    shard of, whose exclusive checks the calibration needs to know (default: the checks)."""
     seconds, exclusive = charged(checks, recorded_durations())
-    return modelled_seconds(seconds, exclusive, workers) * calibration(checks) / 60
+    return modelled_seconds(seconds, exclusive, workers) * calibration(whole or checks) / 60
 
 
-def kind_workers(per_check_memory_gib: float) -> int:
-    """Checks at once on the smallest standard runner: a core each, and their memory limits."""
-    by_memory = math.floor(SMALLEST_RUNNER_MEMORY_GIB / per_check_memory_gib)
-    return max(1, min(SMALLEST_RUNNER_CORES, by_memory))
-
-
-def eks_workers(
-    per_check_memory_gib: float, nodes: int, allocatable_gib: float = EKS_NODE_ALLOCATABLE_GIB
+def kind_workers(
+    per_check_memory_gib: float,
+    cores: int = SMALLEST_RUNNER_CORES,
+    memory_gib: float = SMALLEST_RUNNER_MEMORY_GIB,
 ) -> int:
-    """Checks at once on the CPU node group, counted as capacity.workers_for counts memory."""
-    return max(1, math.floor(nodes * allocatable_gib / per_check_memory_gib))
+    """Checks at once on a runner (the smallest standard one by default): a core each, and their
+    memory limits."""
+    by_memory = math.floor(memory_gib / per_check_memory_gib)
+    return max(1, min(cores, by_memory))
+
+
+def shard_workers(per_check_memory_gib: float) -> int:
+    return kind_workers(per_check_memory_gib, SHARD_RUNNER_CORES, SHARD_RUNNER_MEMORY_GIB)
 
 
 @dataclass(frozen=True)
@@ -187,6 +206,52 @@ class Budget:
 def kind_budget(checks: Sequence[Check], workers: int) -> Budget:
     before = RUNNER_SETUP_MIN + KIND_CREATE_MIN + KIND_PREPARE_MIN + KIND_IMAGE_PULL_MIN
     return Budget("nightly-kind", checks_minutes(checks, workers), before, KIND_DELETE_MIN + UPLOAD_MIN)
+
+
+def expanded(checks: Sequence[Check], recorded: Mapping[str, float]) -> list[Check]:
+    """A samples family the listing could not expand, as the recorded checks of that family."""
+    out: list[Check] = []
+    for check in checks:
+        if "[no-samples" not in check.name:
+            out.append(check)
+            continue
+        family = sorted(n for n in recorded if _family(n) == _family(check.name))
+        out += [Check(name, check.area, check.exclusive) for name in family]
+    return out
+
+
+def shard_parts(checks: Sequence[Check], count: int) -> list[list[Check]]:
+    """The checks of each of `count` shards, split as `run --shard K/N` splits them."""
+    recorded = recorded_durations()
+    every = expanded(checks, recorded)
+    rows = [selection.Row(c.name, c.area, c.unit or c.name, c.exclusive) for c in every]
+    parts = selection.longest_first(selection.unit_weights(rows, recorded), count)
+    return [[c for c in every if (c.unit or c.name) in set(part)] for part in parts]
+
+
+def kind_shard_budgets(checks: Sequence[Check], count: int, workers: int) -> list[Budget]:
+    """One Budget per shard of nightly-kind: the fixed phases each, the shard's checks."""
+    before = RUNNER_SETUP_MIN + KIND_CREATE_MIN + KIND_PREPARE_MIN + KIND_IMAGE_PULL_MIN
+    after = KIND_DELETE_MIN + UPLOAD_MIN
+    return [
+        Budget(f"nightly-kind shard {k}/{count}", checks_minutes(part, workers, checks), before, after)
+        for k, part in enumerate(shard_parts(checks, count), start=1)
+    ]
+
+
+def shards_for(checks: Sequence[Check], workers: int) -> int:
+    """The fewest shards whose every job fits SHARD_JOB_MOST_MIN."""
+    for count in range(1, MOST_SHARDS + 1):
+        if max(b.need_min for b in kind_shard_budgets(checks, count, workers)) <= SHARD_JOB_MOST_MIN:
+            return count
+    raise ValueError(f"no split into at most {MOST_SHARDS} shards fits {SHARD_JOB_MOST_MIN} minutes a job")
+
+
+def eks_workers(
+    per_check_memory_gib: float, nodes: int, allocatable_gib: float = EKS_NODE_ALLOCATABLE_GIB
+) -> int:
+    """Checks at once on the CPU node group, counted as capacity.workers_for counts memory."""
+    return max(1, math.floor(nodes * allocatable_gib / per_check_memory_gib))
 
 
 def eks_run_budget(checks: Sequence[Check], workers: int) -> Budget:
@@ -217,7 +282,7 @@ def collected(profile: str) -> list[Check]:
     from conformance import listing  # noqa: PLC0415 - heavy, and only needed here
 
     return [
-        Check(c.id.split("::", 1)[1], c.area, "exclusive" in c.markers)
+        Check(c.id.split("::", 1)[1], c.area, "exclusive" in c.markers, c.unit)
         for c in listing.collect(profile, (), (), None)
     ]
 
@@ -230,20 +295,27 @@ def per_check_gib(profile: str) -> float:
 
 
 def worker_counts() -> tuple[int, int]:
-    """(kind, eks) workers for the profiles the workflows run (kind, eks-gpu)."""
+    """(kind, eks) workers for the profiles the workflows run (kind, eks-gpu): kind's on a shard's
+    runner (SHARD_RUNNER_CORES), EKS's on its CPU node group."""
     from conformance.providers.eks import CPU_NODE_GROUP  # noqa: PLC0415
 
     nodes = CPU_NODE_GROUP["desired_size"]
-    return kind_workers(per_check_gib("kind")), eks_workers(per_check_gib("eks-gpu"), nodes)
+    return shard_workers(per_check_gib("kind")), eks_workers(per_check_gib("eks-gpu"), nodes)
 
 
-def budgets(kind_checks: Sequence[Check], eks_checks: Sequence[Check]) -> dict[str, int]:
-    """Every figure the workflows are held against, in minutes."""
+def budgets(
+    kind_checks: Sequence[Check], eks_checks: Sequence[Check], kind_shards: int | None = None
+) -> dict[str, int]:
+    """Every figure the workflows are held against, in minutes (and the shard count nightly-kind
+    needs). `kind_shards`: the shards nightly-kind runs (default: the fewest that fit)."""
     kind_n, eks_n = worker_counts()
+    fewest = shards_for(kind_checks, kind_n)
+    shards = kind_shard_budgets(kind_checks, kind_shards or fewest, kind_n)
     eks = eks_run_budget(eks_checks, eks_n)
     run_step = eks.need_min + eks_after_deadline_min()
     return {
-        "nightly-kind": kind_budget(kind_checks, kind_n).need_min,
+        "nightly-kind": max(b.need_min for b in shards),
+        "nightly-kind shards": fewest,
         "eks-gpu budget": eks.need_min,
         "eks-gpu run step": run_step,
         "eks-gpu job": eks_job_min(run_step),
@@ -255,10 +327,13 @@ def main() -> int:
     kind_checks, eks_checks = collected("kind"), collected("eks-gpu")
     kind_n, eks_n = worker_counts()
     print(f"calibration {calibration(kind_checks):.3f} (measured), margin {MARGIN}")
-    print(f"kind: {kind_n} worker(s), checks {checks_minutes(kind_checks, kind_n):.1f} min")
+    print(f"kind: {kind_n} worker(s) a shard, checks {checks_minutes(kind_checks, kind_n):.1f} min unsharded")
+    shards = shards_for(kind_checks, kind_n)
+    for budget in kind_shard_budgets(kind_checks, shards, kind_n):
+        print(f"  {budget.name}: checks {budget.checks_min:.1f} min, job {budget.need_min} min")
     print(f"eks: {eks_n} worker(s), checks {checks_minutes(eks_checks, eks_n):.1f} min")
     for name, minutes in budgets(kind_checks, eks_checks).items():
-        print(f"{name}: {minutes} min")
+        print(f"{name}: {minutes}{'' if name.endswith('shards') else ' min'}")
     print(f"GitHub's limit: {GITHUB_JOB_LIMIT_MIN} min")
     return 0
 

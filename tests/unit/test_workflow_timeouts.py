@@ -34,11 +34,15 @@ def _collected(profile: str) -> list[Check]:
 
 @pytest.fixture(scope="module")
 def figures() -> dict[str, int]:
-    return budget.budgets(_collected("kind"), _collected("eks-gpu"))
+    return budget.budgets(_collected("kind"), _collected("eks-gpu"), _kind_shards(_workflows()))
 
 
 def _workflows() -> dict[str, dict[str, Any]]:
     return {path.name: yaml.safe_load(path.read_text()) for path in WORKFLOWS.glob("*.yml")}
+
+
+def _kind_shards(workflows: dict[str, dict[str, Any]]) -> int:
+    return int(workflows["nightly-kind.yml"]["jobs"]["conformance"]["env"]["SHARDS"])
 
 
 def _run_step(job: dict[str, Any]) -> dict[str, Any]:
@@ -53,11 +57,9 @@ def shortfalls(workflows: dict[str, dict[str, Any]], figures: dict[str, int]) ->
         if have < need:
             found.append(f"{what} is {have} minutes, needs {need}")
 
-    at_least(
-        "nightly-kind timeout-minutes",
-        workflows["nightly-kind.yml"]["jobs"]["conformance"]["timeout-minutes"],
-        figures["nightly-kind"],
-    )
+    nightly = workflows["nightly-kind.yml"]["jobs"]["conformance"]
+    at_least("nightly-kind timeout-minutes", nightly["timeout-minutes"], figures["nightly-kind"])
+    at_least("nightly-kind SHARDS", _kind_shards(workflows), figures["nightly-kind shards"])
     eks = workflows["eks-gpu.yml"]
     job = eks["jobs"]["conformance"]
     cap = int(job["env"]["MAX_BUDGET_MINUTES"])
@@ -113,8 +115,47 @@ def test_the_reaper_destroys_at_most_what_its_budget_counts() -> None:
 def test_more_checks_need_more_time(figures: dict[str, int]) -> None:
     kind = _collected("kind")
     more = kind + [Check(f"test_new_check[{i}]", "rayservice", False) for i in range(40)]
-    workers = budget.kind_workers(budget.per_check_gib("kind"))
-    assert budget.kind_budget(more, workers).need_min > figures["nightly-kind"]
+    workers = budget.shard_workers(budget.per_check_gib("kind"))
+    shards = _kind_shards(_workflows())
+    assert max(b.need_min for b in budget.kind_shard_budgets(more, shards, workers)) > figures["nightly-kind"]
+    assert budget.shards_for(more, workers) > figures["nightly-kind shards"]
+
+
+# --- the shards of nightly-kind ------------------------------------------------------------------
+
+
+def test_nightly_kind_runs_the_fewest_shards_whose_every_job_fits_its_minutes(
+    figures: dict[str, int],
+) -> None:
+    """Issue 44: each shard's job fits 45 minutes on a 4-core runner; more shards than that needs
+    would each pay the fixed phases (runner, cluster, install) for nothing."""
+    job = _workflows()["nightly-kind.yml"]["jobs"]["conformance"]
+    shards = _kind_shards(_workflows())
+    assert job["strategy"]["matrix"]["shard"] == list(range(1, shards + 1))
+    assert job["env"]["SHARD"] == "${{ matrix.shard }}"
+    assert shards == figures["nightly-kind shards"]
+    assert figures["nightly-kind"] <= job["timeout-minutes"] <= budget.SHARD_JOB_MOST_MIN
+
+
+def test_a_shard_count_the_model_does_not_fit_is_caught(figures: dict[str, int]) -> None:
+    workflows = copy.deepcopy(_workflows())
+    workflows["nightly-kind.yml"]["jobs"]["conformance"]["env"]["SHARDS"] = "2"
+    assert any(line.startswith("nightly-kind SHARDS") for line in shortfalls(workflows, figures))
+
+
+def test_the_modelled_shards_are_the_split_the_harness_makes() -> None:
+    """Every check in one shard, shared clusters kept together, and no shard far above the mean."""
+    kind = _collected("kind")
+    parts = budget.shard_parts(kind, 4)
+    names = [c.name for part in parts for c in part]
+    assert len(names) == len(set(names)) and set(names) >= {
+        c.name for c in kind if "[no-samples" not in c.name
+    }
+    units = [{c.unit for c in part if c.unit.startswith("module:")} for part in parts]
+    assert all(not (a & b) for i, a in enumerate(units) for b in units[i + 1 :])
+    workers = budget.shard_workers(budget.per_check_gib("kind"))
+    minutes = [b.checks_min for b in budget.kind_shard_budgets(kind, 4, workers)]
+    assert max(minutes) <= 1.25 * sum(minutes) / len(minutes), minutes
 
 
 # --- the model's parts ---------------------------------------------------------------------------
@@ -154,5 +195,7 @@ def test_workers_are_counted_as_the_harness_counts_them() -> None:
     # kind profile: 2 GiB head + 2 x 1 GiB workers = 4 GiB per check; 7 GiB runner -> 1.
     assert budget.kind_workers(4.0) == 1 and budget.kind_workers(2.0) == 2 and budget.kind_workers(1.0) == 2
     # eks-gpu profile: 8 + 2 x 4 = 16 GiB per check on two nodes of 15 GiB -> 1.
+    # A shard's runner, GitHub's for public repositories (4 cores, 16 GiB): 4 of the kind profile's.
+    assert budget.shard_workers(4.0) == 4 and budget.shard_workers(8.0) == 2
     assert budget.per_check_gib("eks-gpu") == 16.0
     assert budget.eks_workers(16.0, 2) == 1 and budget.eks_workers(8.0, 2) == 3
