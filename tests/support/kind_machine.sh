@@ -65,6 +65,9 @@ EOF
 [containers]
 # A container that names no network gets none (kind's node-image build container).
 netns = "none"
+# Podman caps every container at 2048 processes; a kind node holds all its pods, and one Ray head
+# alone dies of it (raylet: "Resource temporarily unavailable" creating threads). Docker has no cap.
+pids_limit = 0
 
 [engine]
 runtime = "runc-norlimits"
