@@ -8,6 +8,8 @@ CLI         := $(BIN)/kuberay-conformance
 PROVIDER    ?= local
 PROFILE     ?= default
 WORKERS     ?= auto
+TIER        ?= full
+SHARD       ?=
 PYTEST_ARGS ?=
 RUN_ARGS    ?=
 KUBERAY_SOURCE ?=
@@ -21,6 +23,7 @@ RUN_DIR     ?= reports/latest
 help:
 	@echo "make conformance    run the conformance suites on PROVIDER=$(PROVIDER), WORKERS=$(WORKERS) at once (writes reports/<run-id>/)"
 	@echo "                    KUBERAY_SOURCE=DIR: KubeRay built from that checkout, with its own chart"
+	@echo "                    TIER=smoke: a few checks per area (default full); SHARD=K/N: shard K of N only"
 	@echo "make test           the harness's own tests: unit + end-to-end on the local provider"
 	@echo "make unit           unit tests only (no cluster, no root)"
 	@echo "make cluster-up     bring the local cluster up, nodes as PROFILE=$(PROFILE) says (builds what is missing)"
@@ -61,9 +64,10 @@ test: host-deps venv
 # The main job. The CLI exits 0 conformant, 1 conformance failures, 2 harness/environment errors
 # (also: another run holds the cluster), 3 usage; make itself exits 2 whenever it fails, so a caller
 # that needs the difference (CI) runs the CLI. WORKERS=N|auto checks at once (auto: what the cluster can hold).
+# TIER=smoke|full, SHARD=K/N: which checks (docs/parallel-runs.md; `report merge` joins the shards' reports).
 # kind and eks clusters need none of the local provider's host packages (and CI runners are not root).
 conformance: $(if $(filter local,$(PROVIDER)),host-deps) venv
-	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) --workers $(WORKERS) $(if $(KUBERAY_SOURCE),--kuberay-source $(KUBERAY_SOURCE)) $(RUN_ARGS)
+	$(CLI) run --provider $(PROVIDER) --profile $(PROFILE) --workers $(WORKERS) --tier $(TIER) $(if $(SHARD),--shard $(SHARD)) $(if $(KUBERAY_SOURCE),--kuberay-source $(KUBERAY_SOURCE)) $(RUN_ARGS)
 
 cluster-up: host-deps venv
 	$(CLI) cluster up --provider local --profile $(PROFILE)
