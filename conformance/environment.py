@@ -6,6 +6,7 @@ capabilities detected. Any failure here is the environment's, and is reported as
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -406,9 +407,10 @@ def check_run_dir(run_dir: Path) -> None:
 
 
 def _builds_here(provider: str) -> bool:
-    """Images and programs built on this machine (debootstrap, buildah as root) reach the cluster
-    of the local provider only (the load generator needs none: it is copied into a Ray image pod)."""
-    return provider == "local"
+    """Images built on this machine (debootstrap, buildah: root) reach the local provider's cluster
+    and, through `kind load`, a kind cluster made as root; the load generator needs none (it is
+    copied into a Ray image pod)."""
+    return provider == "local" or (provider == "kind" and os.geteuid() == 0)
 
 
 RAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")

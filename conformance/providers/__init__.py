@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from conformance.errors import UsageError
 from conformance.providers.base import Cluster, Provider, ProviderStatus
 
@@ -22,11 +24,29 @@ def get_provider(name: str, **options: object) -> Provider:
 
         return ExistingProvider(kubeconfig=options.get("kubeconfig"), context=options.get("context"))  # type: ignore[arg-type]
     if name in ("kind", "eks"):
-        # Terraform-made clusters: one workspace per run, kept only when the run asks for it.
-        from conformance.providers.eks import EksProvider  # noqa: PLC0415
-        from conformance.providers.kind import KindProvider  # noqa: PLC0415
-
-        made = KindProvider if name == "kind" else EksProvider
+        # A cluster per run, named after it, kept only when the run asks for it. kind: the kind CLI,
+        # or Terraform (one workspace per run) with KRC_KIND_VIA=terraform; eks: Terraform.
         run_id = options.get("run_id")
-        return made(run_id=str(run_id) if run_id else None, keep_cluster=bool(options.get("keep_cluster")))
+        return _made_per_run(name)(
+            run_id=str(run_id) if run_id else None, keep_cluster=bool(options.get("keep_cluster"))
+        )
     raise UsageError(f"unknown provider {name!r}", f"choose one of: {', '.join(PROVIDERS)}")
+
+
+def _made_per_run(name: str) -> type:
+    if name == "eks":
+        from conformance.providers.eks import EksProvider  # noqa: PLC0415
+
+        return EksProvider
+    via = os.environ.get("KRC_KIND_VIA", "cli")
+    if via == "terraform":
+        from conformance.providers.kind_terraform import KindTerraformProvider  # noqa: PLC0415
+
+        return KindTerraformProvider
+    if via != "cli":
+        raise UsageError(
+            f"KRC_KIND_VIA={via!r} is neither cli nor terraform", "unset it (the kind CLI) or set terraform"
+        )
+    from conformance.providers.kind import KindProvider  # noqa: PLC0415
+
+    return KindProvider

@@ -19,7 +19,7 @@ import yaml
 from hcl2 import SerializationOptions
 
 from conformance.providers.eks import SUPPORTED_REGIONS
-from conformance.providers.kind import GPU_NODE_SELECTOR as KIND_GPU_SELECTOR
+from conformance.providers.kind_terraform import GPU_NODE_SELECTOR as KIND_GPU_SELECTOR
 from conformance.providers.local import gobuild
 from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import TOFU_TOOL

@@ -1,4 +1,5 @@
-"""The kind and eks providers' command sequence, against a stand-in `terraform` that records its argv.
+"""The Terraform kind provider's (KRC_KIND_VIA=terraform) and the eks provider's command sequence,
+against a stand-in `terraform` that records its argv.
 
 This checks the orchestration only (which commands run, in which order, in which directory, with
 which variables, and that destroy follows failures and interrupts). Nothing here creates a cluster:
@@ -24,7 +25,7 @@ import pytest
 from conformance.errors import ProvisioningError, UsageError
 from conformance.providers import get_provider
 from conformance.providers.eks import EksProvider
-from conformance.providers.kind import KindProvider
+from conformance.providers.kind_terraform import KindTerraformProvider as KindProvider
 from conformance.providers.terraform import RunWorkspace, Terraform, start_guard
 
 KUBECONFIG_TEXT = "apiVersion: v1\nkind: Config\nclusters: []\n"
@@ -106,6 +107,7 @@ def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("STANDIN_LOG", str(log))
     # The GPU workers' simulated GPUs are patched through the API of a real cluster; none here.
     monkeypatch.setenv("KRC_KIND_GPU_WORKERS", "0")
+    monkeypatch.setenv("KRC_KIND_VIA", "terraform")  # the kind CLI provider has tests of its own
     for name in (
         "KRC_TF_BACKEND",
         "KRC_TF_BACKEND_CONFIG",
@@ -171,7 +173,7 @@ def test_kind_up_runs_init_workspace_apply_output_in_the_runs_own_copy(standins:
     variables = json.loads(workspace.var_file.read_text())
     assert variables["cluster_name"] == "krc-20261129t100000z-ab12"
     assert variables["kubeconfig_path"] == str(workspace.kubeconfig)
-    assert variables["worker_count"] == 2
+    assert variables["worker_count"] == 1  # the kind CLI provider's default, shared
     assert cluster.kubeconfig == workspace.kubeconfig
     assert cluster.kubeconfig.read_text() == KUBECONFIG_TEXT
     assert cluster.kubeconfig.stat().st_mode & 0o077 == 0, "the kubeconfig is private"
