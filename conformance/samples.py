@@ -74,6 +74,7 @@ def locate(environment: Any) -> Path:
     from conformance.install.kuberay_source import Checkout  # noqa: PLC0415
     from conformance.plugin import NOT_APPLICABLE  # noqa: PLC0415 - the plugin imports the suites' library
     from conformance.providers.local import gobuild  # noqa: PLC0415
+    from conformance.providers.local.layout import cache_dir  # noqa: PLC0415 - any provider's builds
 
     options = environment.options
     if options.kuberay_source:
@@ -84,7 +85,7 @@ def locate(environment: Any) -> Path:
     version = "v" + options.profile.kuberay.version.removeprefix("v")
     try:
         if options.kuberay_install == "local-build":
-            version = gobuild.resolve(kuberay.operator_tool(version), environment.provider.cache).version
+            version = gobuild.resolve(kuberay.operator_tool(version), cache_dir()).version
         return kuberay.module_dir(version) / SAMPLES_DIR
     except (HarnessError, OSError) as exc:
         why = f"the samples of KubeRay {version} could not be read: {exc}"
