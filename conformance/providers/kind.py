@@ -32,7 +32,7 @@ from kubernetes import client
 from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.nodes import advertise_simulated_gpus
 from conformance.kube.target import KubeTarget, api_client
-from conformance.progress import progress
+from conformance.progress import Progress, progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import env_count, slug
@@ -203,11 +203,12 @@ class KindProvider:
         image, engine = self.node_image(), self.engine()
         if _run([engine, "image", "inspect", image], timeout=60).returncode == 0:
             return image
-        with progress(f"pulling the kind node image {image}") as line:
-            pulled = _run([engine, "pull", image], timeout=PULL_TIMEOUT_S)
-            if pulled.returncode == 0:
-                return image
-            line.update(f"not pulled ({_last_line(pulled)}): the node image is built here")
+        line = Progress(f"pulling the kind node image {image}").start()
+        pulled = _run([engine, "pull", image], timeout=PULL_TIMEOUT_S)
+        if pulled.returncode == 0:
+            line.finish()
+            return image
+        line.finish(f"not pulled ({_last_line(pulled)[:120]}); one is built here")
         if os.geteuid() != 0:
             raise ProvisioningError(
                 f"the kind node image {image} cannot be pulled, and building one here needs root",

@@ -108,6 +108,13 @@ run_in() {
   [ $# -gt 0 ] || die "exec needs a command"
   # nsenter --net only: the mount namespace stays the host's, so the netns files Podman bind-mounts
   # under /run/netns stay visible to every later podman call (ip netns exec would hide them).
+  # kind's network without Podman's DNS: Podman would give every node the search domain
+  # dns.podman, whose lookups CoreDNS forwards upstream, and upstream is out of reach in this
+  # loopback-only namespace; gRPC's resolver (Ray's) gives up on the first such timeout, so Ray
+  # workers never find their head ("Timed out while waiting for GCS"). kind uses a network named
+  # kind that already exists; the harness removes it after the last cluster, so this runs each time.
+  nsenter --net="/run/netns/$NETNS" env CONTAINERS_CONF="$STATE/containers.conf" \
+    sh -c 'podman network exists kind || podman network create --disable-dns kind >/dev/null'
   exec nsenter --net="/run/netns/$NETNS" env CONTAINERS_CONF="$STATE/containers.conf" \
     KIND_EXPERIMENTAL_PROVIDER=podman "$@"
 }
