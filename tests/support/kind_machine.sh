@@ -106,17 +106,32 @@ run_in() {
   [ -f "$STATE/containers.conf" ] || die "run setup first"
   [ "${1:-}" = "--" ] && shift
   [ $# -gt 0 ] || die "exec needs a command"
+  # Routes to the pod ranges, kept while CMD runs: the node image's kindnet stand-in does not
+  # masquerade, so answers to pods from this namespace (Podman's DNS, to which CoreDNS forwards
+  # names outside the cluster, dns.podman search names included) need a way back to each node's
+  # pod range. Without them every such lookup times out, and gRPC's resolver (Ray's) gives up on
+  # it, so Ray workers never find their head ("Timed out while waiting for GCS").
+  pod_routes &
+  routes=$!
+  trap 'kill $routes 2>/dev/null' EXIT INT TERM
   # nsenter --net only: the mount namespace stays the host's, so the netns files Podman bind-mounts
   # under /run/netns stay visible to every later podman call (ip netns exec would hide them).
-  # kind's network without Podman's DNS: Podman would give every node the search domain
-  # dns.podman, whose lookups CoreDNS forwards upstream, and upstream is out of reach in this
-  # loopback-only namespace; gRPC's resolver (Ray's) gives up on the first such timeout, so Ray
-  # workers never find their head ("Timed out while waiting for GCS"). kind uses a network named
-  # kind that already exists; the harness removes it after the last cluster, so this runs each time.
   nsenter --net="/run/netns/$NETNS" env CONTAINERS_CONF="$STATE/containers.conf" \
-    sh -c 'podman network exists kind || podman network create --disable-dns kind >/dev/null'
-  exec nsenter --net="/run/netns/$NETNS" env CONTAINERS_CONF="$STATE/containers.conf" \
     KIND_EXPERIMENTAL_PROVIDER=podman "$@"
+}
+
+pod_routes() {
+  set +e  # a node not Ready yet, or gone, is tried again on the next round
+  in_ns="nsenter --net=/run/netns/$NETNS env CONTAINERS_CONF=$STATE/containers.conf"
+  while sleep 3; do
+    for cp in $($in_ns podman ps --filter label=io.x-k8s.kind.role=control-plane --format '{{.Names}}'); do
+      $in_ns podman exec "$cp" kubectl --kubeconfig=/etc/kubernetes/admin.conf get nodes -o \
+        jsonpath='{range .items[*]}{.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}' \
+        2>/dev/null | while read -r cidr ip; do
+          [ -n "$cidr" ] && [ -n "$ip" ] && $in_ns ip route replace "$cidr" via "$ip" 2>/dev/null
+        done
+    done
+  done
 }
 
 patches() {
