@@ -44,7 +44,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "kuberay-conformance.io/gpu": "true"}  # as the EKS module's
 GPU_NODE_SELECTOR = "kuberay-conformance.io/gpu=true"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}  # the EKS GPU group's
-DEFAULT_NODE_IMAGE = "kindest/node:v1.35.0"
+DEFAULT_NODE_IMAGE = "docker.io/kindest/node:v1.35.0"  # qualified: Podman refuses short names
 MIN_KIND = (0, 33)  # the release this provider was run with here (docs/kind-on-this-machine.md)
 CLUSTER_PREFIX = "krc-"
 ENGINES = ("docker", "podman")
