@@ -10,6 +10,7 @@ what was made, not that Istio or Envoy Gateway works: that needs a kind runner
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -169,6 +170,8 @@ def test_the_environment_refuses_before_its_preflight(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UsageError, match="istio"):
         _environment("local", profiles.load("kind"), tmp_path).check_input()
+    # kind loads images built here only when made as root (buildah); an ordinary user is refused.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(UsageError, match="builds the Gateway implementation on this machine"):
         _environment("kind", profiles.load("default"), tmp_path).check_input()
 
