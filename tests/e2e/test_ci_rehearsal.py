@@ -30,7 +30,7 @@ from conformance.install import gateway, kuberay, kuberay_chart
 from conformance.kube.target import KubeTarget
 from conformance.profiles import load
 from conformance.providers.base import Cluster
-from conformance.providers.local import gobuild, pins
+from conformance.providers.local import gobuild, images, pins
 from conformance.providers.local.provider import LocalProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def _copy_checkout(workspace: Path) -> None:
 
 @pytest.fixture(scope="module")
 def cluster_ready(local_provider: LocalProvider, local_cluster: Cluster) -> client.ApiClient:
-    """KubeRay and Traefik on the local cluster, as on a cluster a user already runs."""
+    """KubeRay, Traefik and the Ray image on the local cluster, as on a cluster a user already runs."""
     api = config.new_client_from_config(str(local_cluster.kubeconfig))
     profile = load("default")
     version = gobuild.resolve(kuberay.operator_tool(profile.kuberay.version), local_provider.cache).version
@@ -103,6 +103,8 @@ def cluster_ready(local_provider: LocalProvider, local_cluster: Cluster) -> clie
     kuberay.install_local(local_provider, api, spec)
     kuberay.wait_ready(api, spec, 300)
     gateway.install_local(local_provider, api, GATEWAY_CLASS, timeout=300)
+    # The Ray image in the node, as a cluster of one's own has it (the rehearsal's profile names it).
+    local_provider.load_image(images.ray_image(local_provider.cache, profile.ray_versions[0]))
     return api
 
 
