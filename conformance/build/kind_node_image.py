@@ -58,7 +58,7 @@ from conformance.providers.local.layout import cache_entry_lock
 KIND_VERSION = "v0.33.0"  # the kind CLI whose node-image layout, files and image names this follows
 # cri-tools: the newest release the Go module proxy serves at or below Kubernetes' minor.
 CRICTL_VERSION = "v1.34.0"
-RECIPE_REVISION = "2"  # bump when the way the node image is made changes
+RECIPE_REVISION = "3"  # bump when the way the node image is made changes
 KINDNET_COMPAT_VERSION = "1"
 NODE_IMAGE_NAME = "kind-node"
 BASE_IMAGE_NAME = "kind-base"
@@ -765,29 +765,6 @@ def _debootstrap(rootfs: Path, packages: Sequence[str], log: Path) -> None:
     _run(argv, log, f"debootstrap {pins.DEBIAN_SUITE}", f"check that {images.DEBIAN_MIRROR} is reachable")
 
 
-def _slim(rootfs: Path) -> None:
-    for pattern in (
-        "var/cache/apt/*.bin",
-        "var/cache/apt/archives/*.deb",
-        "var/lib/apt/lists/*_*",
-        "var/log/*.log",
-        "usr/share/man/*",
-        "usr/share/info/*",
-        "usr/share/locale/*",
-        "usr/share/doc/*/*",
-        "etc/hostname",
-        "etc/resolv.conf",
-        "dev/*",
-    ):
-        for path in rootfs.glob(pattern):
-            if path.name == "copyright":
-                continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-
-
 def _copy_tree(source: Path, target: Path) -> None:
     """Copy kind's files with the modes its Dockerfile gives them (the module cache is read-only):
     directories and programs (usr/local/bin, kind/bin) 0755, everything else 0644."""
@@ -805,7 +782,7 @@ def _copy_tree(source: Path, target: Path) -> None:
 def _kube_proxy_image(parts: _Parts, singles: Path, log: Path) -> Path:
     rootfs = singles / "kube-proxy-rootfs"
     _debootstrap(rootfs, KUBE_PROXY_PACKAGES, log)
-    _slim(rootfs)
+    images.slim_rootfs(rootfs, extra=("dev/*",))  # the runtime mounts /dev
     _install(parts.kubernetes / "kube-proxy", rootfs / "usr/local/bin/kube-proxy")
     out = singles / "kube-proxy.tar"
     config = images.ImageConfig(
@@ -860,7 +837,7 @@ def _base_image(
          "systemctl enable", "see the log")  # fmt: skip
     _run([*systemctl, "mask", "systemd-binfmt.service"], log, "systemctl mask", "see the log")
     (rootfs / "etc/kubernetes/manifests").mkdir(parents=True, exist_ok=True)
-    _slim(rootfs)
+    images.slim_rootfs(rootfs, extra=("dev/*",))  # the runtime mounts /dev
     (rootfs / "etc/machine-id").write_text("")
     changes = [arg for change in base_image_changes(key) for arg in ("--change", change)]
     with log.open("a") as sink:

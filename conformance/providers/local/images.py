@@ -706,7 +706,7 @@ def ray_image(cache_dir: Path, ray_version: str, debian_suite: str = "bookworm")
             line.update(f"pip install ray {ray_version}")
             _install_ray(rootfs, ray_version, log)
             line.update("slimming")
-            _slim(rootfs)
+            slim_rootfs(rootfs)
             line.update("checking the rootfs")
             _verify_ray_rootfs(rootfs, config, ray_version, log)
             _clean_runtime_leftovers(rootfs)
@@ -775,7 +775,7 @@ def _build_only_files(rootfs: Path) -> Iterator[str | None]:
         resolv.unlink(missing_ok=True)
 
 
-def _slim(rootfs: Path) -> None:
+def slim_rootfs(rootfs: Path, extra: tuple[str, ...] = ()) -> None:
     # Caches, logs, docs and host identity that debootstrap and pip leave behind. Copyright
     # files stay. /etc/resolv.conf and /etc/hostname are bind-mounted by the runtime.
     for pattern in (
@@ -793,6 +793,7 @@ def _slim(rootfs: Path) -> None:
         "root/.cache",
         "etc/hostname",
         "etc/resolv.conf",
+        *extra,
     ):
         for path in rootfs.glob(pattern):
             if path.name == "copyright":
@@ -873,7 +874,7 @@ def redis_image(cache_dir: Path, debian_suite: str = "bookworm") -> ImageArchive
             rootfs = work / "rootfs"
             line.update("debootstrap")
             _debootstrap(rootfs, debian_suite, log, REDIS_PACKAGES)
-            _slim(rootfs)
+            slim_rootfs(rootfs)
             user = _passwd_ids(rootfs, "redis")
             data = rootfs / REDIS_DATA.lstrip("/")
             data.mkdir(parents=True, exist_ok=True)
