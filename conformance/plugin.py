@@ -43,6 +43,7 @@ from conformance import (
     profiles,
     progress,
     selection,
+    stopwatch,
 )
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
@@ -215,6 +216,8 @@ class ConformanceRun:
         self.turn = exclusive.ClusterTurn(self.options.run_dir / TURNS) if self.worker else None
         self._pressure: dict[str, node_pressure.CheckPressure] = {}  # per running check
         self._node_cpu: dict[str, dict[str, float]] = {}  # per check: TestResult.node_cpu
+        self._phases: dict[str, dict[str, float]] = {}  # per check: TestResult.phases
+        self._inside_call: dict[str, dict[str, float]] = {}  # per check: its call's waits (stopwatch)
         self._previous_sigterm = signal.getsignal(signal.SIGTERM)
         if self.worker:
             parallel.stop_once_on_signal()
@@ -436,9 +439,13 @@ class ConformanceRun:
         psi = self._pressure_file()
         if psi is not None and self.turn is not None and runs and not alone:
             self._admit(item, psi)
+        asked = time.monotonic()
         with self.turn.hold(alone) if self.turn is not None else contextlib.nullcontext():
+            self._phase(item.nodeid, "turn_wait_s", time.monotonic() - asked)
             if runs and exclusive.needs_quiet(item):
+                settling = time.monotonic()
                 self._settle_before(item)
+                self._phase(item.nodeid, "settle_wait_s", time.monotonic() - settling)
             if psi is not None:
                 self._pressure[item.nodeid] = node_pressure.CheckPressure(psi).start()
             yield
@@ -457,11 +464,23 @@ class ConformanceRun:
         waited, pressure = node_pressure.wait_for_room(psi)
         if waited:
             self._node_cpu.setdefault(item.nodeid, {})["admission_wait_s"] = waited
+            self._phase(item.nodeid, "admission_wait_s", waited)
             if pressure >= node_pressure.ADMIT_BELOW_PERCENT:
                 name = _check_name(item.nodeid)
                 text = f"{name} started at CPU pressure {pressure:.0f}% after {waited:.0f}s"
                 worker_say(self.config, text)
                 self.note(text)
+
+    def _phase(self, nodeid: str, name: str, seconds: float) -> None:
+        """A timer of the check's `phases` (conformance/stopwatch.py); under 1 ms is not worth a key."""
+        if seconds >= 0.001:
+            self._phases.setdefault(nodeid, {})[name] = round(seconds, 3)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        stopwatch.reset()
+        yield
+        self._inside_call[item.nodeid] = stopwatch.taken()
 
     def _settle_before(self, item: pytest.Item) -> None:
         api = self.environment.api
@@ -526,6 +545,7 @@ class ConformanceRun:
             )
             self.results[item.nodeid] = result
         result.duration_s = round(result.duration_s + report.duration, 3)
+        self._time_phase(item.nodeid, report)
         if report.when == "call" or not report.passed:
             self._settled.add(item.nodeid)
         if report.skipped:
@@ -545,6 +565,16 @@ class ConformanceRun:
             result.details = _failure_details(report)
         result.metrics = dict(self._metrics.get(item.nodeid, {}))
         result.node_cpu = dict(self._node_cpu.get(item.nodeid, {}))
+        result.phases = dict(self._phases.get(item.nodeid, {}))
+
+    def _time_phase(self, nodeid: str, report: pytest.TestReport) -> None:
+        """pytest's setup/call/teardown durations, the call split by what its waits waited for."""
+        if report.when != "call":
+            self._phase(nodeid, f"{report.when}_s", report.duration)
+            return
+        inside = self._inside_call.pop(nodeid, {})
+        for name, seconds in stopwatch.call_phases(report.duration, inside).items():
+            self._phase(nodeid, name, seconds)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A rerun plugin (pytest-rerunfailures) turns a failed attempt into "rerun" after it was

@@ -13,6 +13,7 @@ from kubernetes.stream import stream
 
 from conformance.kube.pods import is_serving
 from conformance.kube.wait import behaviour, wait_for
+from conformance.stopwatch import READY, spent
 
 GROUP, VERSION = "ray.io", "v1"
 
@@ -66,7 +67,7 @@ class Ray:
 
     def wait_cluster_ready(self, name: str, timeout: float) -> dict[str, Any]:
         """A wait on KubeRay: running out is the check's failure (see `wait.behaviour`)."""
-        with behaviour(f"RayCluster {name} becomes ready"):
+        with spent(READY), behaviour(f"RayCluster {name} becomes ready"):
             return self._wait_ready(name, timeout)
 
     def _wait_ready(self, name: str, timeout: float) -> dict[str, Any]:

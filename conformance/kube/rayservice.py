@@ -24,6 +24,7 @@ from conformance.kube.ray import Ray
 from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
 from conformance.kube.wait import wait_for, wait_gone
 from conformance.load.traffic import Sample
+from conformance.stopwatch import READY, spent
 
 APP_NAME = "echo"  # the Serve application in manifests/ray/rayservice.yaml
 APP_CONFIGMAP = "echo-app"
@@ -143,14 +144,15 @@ def describe(svc: dict[str, Any]) -> str:
 
 
 def wait_ready(ray: Ray, name: str, timeout: float) -> dict[str, Any]:
-    return ray.wait(
-        "rayservices",
-        name,
-        is_ready,
-        what=f"RayService {name} Ready with its Serve app RUNNING",
-        timeout=timeout,
-        describe=describe,
-    )
+    with spent(READY):
+        return ray.wait(
+            "rayservices",
+            name,
+            is_ready,
+            what=f"RayService {name} Ready with its Serve app RUNNING",
+            timeout=timeout,
+            describe=describe,
+        )
 
 
 def owned(ray: Ray, name: str) -> dict[str, list[str]]:

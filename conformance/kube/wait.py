@@ -17,6 +17,7 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from conformance.kube.target import CONNECT_TIMEOUT_S, WATCH_GRACE_S
 from conformance.progress import progress
+from conformance.stopwatch import HOLD, KUBERAY, spent
 
 T = TypeVar("T")
 
@@ -50,7 +51,7 @@ def wait_for(
     """
     deadline = time.monotonic() + timeout
     last_seen = "nothing yet"
-    with progress(f"waiting for {what}") as line:
+    with spent(KUBERAY), progress(f"waiting for {what}") as line:
         while True:
             listing = list_fn(**list_kwargs)
             items = _items(listing)
@@ -76,7 +77,7 @@ def wait_for(
 def wait_gone(list_fn: Callable[..., Any], *, what: str, timeout: float, **list_kwargs: Any) -> None:
     """Wait until `list_fn(**list_kwargs)` returns no objects."""
     deadline = time.monotonic() + timeout
-    with progress(f"waiting for {what} to be gone") as line:
+    with spent(KUBERAY), progress(f"waiting for {what} to be gone") as line:
         while True:
             listing = list_fn(**list_kwargs)
             remaining_items = _items(listing)
@@ -146,7 +147,7 @@ def poll_until(
     """
     deadline = time.monotonic() + timeout
     last_seen = "not yet"
-    with progress(f"waiting for {what}") as line:
+    with spent(KUBERAY), progress(f"waiting for {what}") as line:
         while True:
             try:
                 found = check()
@@ -196,7 +197,7 @@ def holds_for(
         return f"{', '.join(broken)} did not hold at the start"
     names = {_name_of(item) for item in items}
     deadline = time.monotonic() + duration
-    with progress(f"watching that {what} for {duration:.0f}s"):
+    with spent(HOLD), progress(f"watching that {what} for {duration:.0f}s"):
         version = _resource_version(listing)
         while (remaining := deadline - time.monotonic()) > 0:
             for event in _watch(list_fn, version, remaining, **list_kwargs):
@@ -230,7 +231,7 @@ def stays_absent(list_fn: Callable[..., Any], *, what: str, duration: float, **l
     """
     listing = list_fn(**list_kwargs)
     deadline = time.monotonic() + duration
-    with progress(f"watching that no {what} appears for {duration:.0f}s"):
+    with spent(HOLD), progress(f"watching that no {what} appears for {duration:.0f}s"):
         while True:
             present = _items(listing)
             if present:

@@ -58,6 +58,10 @@ class TestResult:
     # The CPU of the nodes while the check ran, where the provider can read it (node_pressure.py):
     # pressure_mean_percent, pressure_max_percent, admission_wait_s. About the machine, not KubeRay.
     node_cpu: dict[str, float] = field(default_factory=dict)
+    # Where the check's time went (conformance/stopwatch.py): admission_wait_s, turn_wait_s,
+    # settle_wait_s (outside duration_s), setup_s, ready_wait_s, behaviour_s (of it hold_s and
+    # kuberay_wait_s), teardown_s. Keys present only where time was spent.
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def flaky(self) -> bool:

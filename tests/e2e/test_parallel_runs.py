@@ -84,6 +84,7 @@ OUTCOMES = (
     SUITE
     + """
 import time
+from conformance.kube.wait import poll_until
 from conformance.plugin import RUN_KEY
 
 
@@ -92,7 +93,10 @@ def test_skipped():
 
 
 def test_takes_a_while():
-    time.sleep(8)  # poll-interval: keeps this worker busy while the other reaches the exclusive checks
+    # Keeps this worker busy while the other reaches the exclusive checks, inside a wait the
+    # stopwatch counts as waiting for KubeRay.
+    started = time.monotonic()
+    poll_until(lambda: time.monotonic() - started > 8 or None, what="8 s to pass", timeout=30, every=0.5)
 
 
 def test_records_a_timeline(timeline):
@@ -312,6 +316,14 @@ def test_results_of_both_workers_are_merged_into_one_summary_and_one_junit(paral
     for name in expected:
         figures = by_name[name]["node_cpu"]
         assert 0 <= figures["pressure_mean_percent"] <= 100 and figures["pressure_max_percent"] >= 0, figures
+    # Where each check's time went: pytest's phases add up to its duration, and the waits inside
+    # the call are told apart from the rest (conformance/stopwatch.py).
+    for test in parallel_run.summary["tests"]:
+        phases = test["phases"]
+        parts = sum(phases.get(k, 0.0) for k in ("setup_s", "ready_wait_s", "behaviour_s", "teardown_s"))
+        assert abs(parts - test["duration_s"]) < 0.05, test
+    waited = by_name["test_takes_a_while"]["phases"]
+    assert 8 <= waited["kuberay_wait_s"] <= waited["behaviour_s"] < 20, waited
     assert "the system under test misbehaved" in by_name["test_fails"]["reason"]
     assert "== 3" in by_name["test_fails"]["details"]
     assert by_name["test_errors"]["issues"] == ["kuberay#1141"]
