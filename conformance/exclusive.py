@@ -22,7 +22,10 @@ Ray clusters KubeRay is deleting and Gateways the Gateway implementation is unlo
 while Traefik rebuilt its configuration for the previous check's vanishing HTTPRoute. So an
 exclusive check that measures under load (`quiet=True` on its marker) first waits until no
 namespace of the run is terminating (`settle`); the others do not wait, as a terminating namespace
-takes up to a minute (pods get their 30 s of grace).
+takes up to a minute (pods get their 30 s of grace). A check whose quiet matters only to its load
+(`quiet=BEFORE_LOAD`) waits just before its load generator's first request instead: building its
+RayService, a minute or more, overlaps the earlier namespaces' going, which otherwise cost about
+28 s of the serial phase before each of 26 load checks (issue 44's reading of a whole main job).
 
 Why not two pytest sessions (a parallel one, then a serial one)? The environment, the
 Lease, the summary, junit.xml and the Allure results would have to be carried across two
@@ -43,10 +46,11 @@ from kubernetes import client
 from conformance.kube.wait import WaitTimeout, poll_until
 
 MARKER = "exclusive"
+BEFORE_LOAD = "before_load"
 MARKER_HELP = (
     "exclusive(why, quiet=False): the check changes cluster-wide state (operator, CRDs, feature gates) or "
-    "measures under load, and runs while no other check does; quiet: also after earlier checks' "
-    "namespaces are gone"
+    "measures under load, and runs while no other check does; quiet=True: also after earlier checks' "
+    f"namespaces are gone; quiet='{BEFORE_LOAD}': they are gone before its load generator's first request"
 )
 
 
@@ -55,9 +59,19 @@ def is_exclusive(item: pytest.Item) -> bool:
 
 
 def needs_quiet(item: pytest.Item) -> bool:
-    """An exclusive check that measures under load: it starts after earlier checks' teardown."""
+    """An exclusive check that needs the cluster to itself from its start: it starts after earlier
+    checks' teardown."""
+    return _quiet(item) is True
+
+
+def needs_quiet_load(item: pytest.Item) -> bool:
+    """An exclusive check whose load must not meet earlier checks' teardown (`BEFORE_LOAD`)."""
+    return _quiet(item) == BEFORE_LOAD
+
+
+def _quiet(item: pytest.Item) -> object:
     marker = item.get_closest_marker(MARKER)
-    return marker is not None and bool(marker.kwargs.get("quiet"))
+    return marker.kwargs.get("quiet", False) if marker is not None else False
 
 
 def exclusive_last(items: list[pytest.Item]) -> None:

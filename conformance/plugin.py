@@ -49,6 +49,7 @@ from conformance.capabilities import Capabilities
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, HarnessError, UsageError
 from conformance.kube import diagnostics, namespaces
+from conformance.load import generator as load_generator
 from conformance.report import build as report_build
 from conformance.report import secrets, timelines
 from conformance.report import terminal as report_terminal
@@ -446,9 +447,14 @@ class ConformanceRun:
                 settling = time.monotonic()
                 self._settle_before(item)
                 self._phase(item.nodeid, "settle_wait_s", time.monotonic() - settling)
+            if runs and exclusive.needs_quiet_load(item):
+                load_generator.before_next_attack(lambda: self._settle_inside(item))
             if psi is not None:
                 self._pressure[item.nodeid] = node_pressure.CheckPressure(psi).start()
-            yield
+            try:
+                yield
+            finally:
+                load_generator.forget_before_attack()
 
     def _pressure_file(self) -> Path | None:
         """The PSI file of the nodes' kernel, where the provider names one (node_pressure.py)."""
@@ -481,6 +487,10 @@ class ConformanceRun:
         stopwatch.reset()
         yield
         self._inside_call[item.nodeid] = stopwatch.taken()
+
+    def _settle_inside(self, item: pytest.Item) -> None:
+        with stopwatch.spent(stopwatch.SETTLE):
+            self._settle_before(item)
 
     def _settle_before(self, item: pytest.Item) -> None:
         api = self.environment.api

@@ -3,7 +3,8 @@
 The plugin times what surrounds a check (waiting for CPU room, for the exclusive turn, for
 earlier namespaces to go; pytest's setup, call and teardown). Inside the call, the waits say
 what they wait for through `spent`: a RayCluster or RayService becoming ready is the check
-building what it observes (`ready_wait_s`); the rest of the call is the behaviour under test
+building what it observes (`ready_wait_s`), a wait for earlier checks' namespaces to go before its
+load is `settle_wait_s`; the rest of the call is the behaviour under test
 (`behaviour_s`), of which `hold_s` is time the check chose to watch that nothing happens and
 `kuberay_wait_s` is waiting for KubeRay to do what the check asked. What is left after those
 two is the harness's own work: applying, exec, load, reading.
@@ -21,9 +22,11 @@ from contextlib import contextmanager
 
 # Kinds a wait can declare (the keys of `tests[].phases` inside the call).
 READY = "ready_wait_s"
+SETTLE = "settle_wait_s"  # earlier checks' namespaces going, waited for inside the call (exclusive.py)
 HOLD = "hold_s"
 KUBERAY = "kuberay_wait_s"
-IN_CALL = (READY, HOLD, KUBERAY)
+IN_CALL = (READY, SETTLE, HOLD, KUBERAY)
+NOT_BEHAVIOUR = (READY, SETTLE)
 
 
 class _Ledger:
@@ -67,5 +70,5 @@ def call_phases(call_s: float, inside: dict[str, float]) -> dict[str, float]:
     """The call as setup inside it (ready waits) and the behaviour under test, with the behaviour's
     chosen and KubeRay waits (never negative: the clocks differ by microseconds)."""
     phases = {kind: inside[kind] for kind in IN_CALL if inside.get(kind)}
-    phases["behaviour_s"] = round(max(call_s - inside.get(READY, 0.0), 0.0), 3)
+    phases["behaviour_s"] = round(max(call_s - sum(inside.get(k, 0.0) for k in NOT_BEHAVIOUR), 0.0), 3)
     return phases

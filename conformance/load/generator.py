@@ -111,6 +111,25 @@ def render(
     )
 
 
+# What must happen once before the next load generator of this process starts: the plugin's wait
+# for earlier checks' namespaces to go, for a check marked exclusive(quiet=BEFORE_LOAD) (exclusive.py).
+_before_attack: list[Callable[[], None]] = []
+
+
+def before_next_attack(step: Callable[[], None]) -> None:
+    _before_attack.append(step)
+
+
+def forget_before_attack() -> None:
+    """The check ended: what it did not need is not carried into the next one."""
+    _before_attack.clear()
+
+
+def _run_before_attack() -> None:
+    while _before_attack:
+        _before_attack.pop(0)()
+
+
 @dataclass
 class LoadGenerator:
     api: client.ApiClient
@@ -128,6 +147,7 @@ class LoadGenerator:
         return client.CoreV1Api(self.api)
 
     def start(self, timeout: float) -> None:
+        _run_before_attack()
         config_map, pod = render(
             self.name, self.namespace, self.delivery, self.targets, self.spec, self.run_id
         )

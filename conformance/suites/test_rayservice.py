@@ -17,6 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from conformance.environment import Environment
+from conformance.exclusive import BEFORE_LOAD
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
@@ -36,7 +37,7 @@ def base(cluster_values: dict[str, Any]) -> dict[str, Any]:
     return rs.rayservice_values(cluster_values, NAME)
 
 
-@pytest.mark.exclusive("measures failed requests under load", quiet=True)
+@pytest.mark.exclusive("measures failed requests under load", quiet=BEFORE_LOAD)
 @pytest.mark.requires("gateway_api")
 @pytest.mark.smoke
 def test_rayservice_becomes_ready_and_answers_through_the_gateway(
@@ -67,7 +68,7 @@ def test_rayservice_becomes_ready_and_answers_through_the_gateway(
     )
 
 
-@pytest.mark.exclusive("measures failed requests under load", quiet=True)
+@pytest.mark.exclusive("measures failed requests under load", quiet=BEFORE_LOAD)
 @pytest.mark.requires("gateway_api")
 @pytest.mark.kuberay_issue(2177)
 def test_serve_config_change_is_applied_in_place_without_failed_requests(

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from conformance.environment import Environment
+from conformance.exclusive import BEFORE_LOAD
 from conformance.kube import rayservice as rs
 from conformance.kube.ray import Ray
 from conformance.kube.scaling import Sample, ScaleWatcher
@@ -32,7 +33,7 @@ from conformance.timeouts import Timeouts
 
 pytestmark = [
     pytest.mark.area("rayservice"),
-    pytest.mark.exclusive("measures failed requests under load", quiet=True),
+    pytest.mark.exclusive("measures failed requests under load", quiet=BEFORE_LOAD),
 ]
 
 NAME = "echo"

@@ -24,6 +24,7 @@ import pytest
 from kubernetes import client
 
 from conformance.environment import Environment
+from conformance.exclusive import BEFORE_LOAD
 from conformance.kube import rayservice as rs
 from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
@@ -35,7 +36,7 @@ from conformance.timeouts import Timeouts
 
 pytestmark = [
     pytest.mark.area("rayservice"),
-    pytest.mark.exclusive("measures failed requests under load", quiet=True),
+    pytest.mark.exclusive("measures failed requests under load", quiet=BEFORE_LOAD),
 ]
 
 NAME = "echo"

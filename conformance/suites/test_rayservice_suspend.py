@@ -19,6 +19,7 @@ import pytest
 
 from conformance.environment import Environment
 from conformance.errors import HarnessError
+from conformance.exclusive import BEFORE_LOAD
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
@@ -113,7 +114,7 @@ def _resume(ray: Ray, name: str, timeouts: Timeouts) -> dict[str, Any]:
     return svc
 
 
-@pytest.mark.exclusive("measures failed requests under load", quiet=True)
+@pytest.mark.exclusive("measures failed requests under load", quiet=BEFORE_LOAD)
 @pytest.mark.requires("gateway_api")
 def test_suspended_rayservice_stops_serving_and_resumes_on_a_new_cluster(
     ray: Ray,

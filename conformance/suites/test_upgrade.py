@@ -25,6 +25,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from conformance.environment import Environment
+from conformance.exclusive import BEFORE_LOAD
 from conformance.kube import rayservice as rs
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, poll_until, wait_for, wait_gone
@@ -38,7 +39,7 @@ from conformance.timeouts import Timeouts
 # Every check here measures failed requests under load, so none shares the machine (exclusive.py).
 pytestmark = [
     pytest.mark.area("upgrade"),
-    pytest.mark.exclusive("measures failed requests under load", quiet=True),
+    pytest.mark.exclusive("measures failed requests under load", quiet=BEFORE_LOAD),
 ]
 
 NAME = "echo"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.errors import HarnessError
-from conformance.load import analysis
+from conformance.load import analysis, generator
 from conformance.load.analysis import LoadShortfall
 from conformance.load.generator import BIN_DIR, Delivery, LoadSpec, Target, render, targets_text
 from conformance.load.records import BEGIN_MARK, END_MARK, Record, error_kind, extract_block, from_vegeta
@@ -203,3 +203,17 @@ def test_a_generator_that_fell_behind_its_schedule_is_a_harness_error() -> None:
     assert analysis.schedule_lag(stalled, 20) == pytest.approx(1.5)
     with pytest.raises(LoadShortfall, match="behind its schedule"):
         analysis.check_rate(stalled, 20)
+
+
+def test_what_must_precede_the_next_attack_runs_once_and_is_forgotten_after_the_check() -> None:
+    """The plugin's wait for quiet (exclusive(quiet=BEFORE_LOAD)) runs before the first generator's
+    pod, not before a second generator of the same check, nor in the next check."""
+    ran: list[str] = []
+    generator.before_next_attack(lambda: ran.append("settled"))
+    generator._run_before_attack()
+    generator._run_before_attack()
+    assert ran == ["settled"]
+    generator.before_next_attack(lambda: ran.append("not needed"))
+    generator.forget_before_attack()
+    generator._run_before_attack()
+    assert ran == ["settled"]
