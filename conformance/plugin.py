@@ -37,6 +37,7 @@ from conformance import (
     capacity,
     cluster_lock,
     exclusive,
+    footprint,
     interrupts,
     node_pressure,
     parallel,
@@ -213,6 +214,7 @@ class ConformanceRun:
         self.wait_for_lock = bool(config.getoption("--conformance-wait-for-lock"))
         self.lock: cluster_lock.ClusterLock | None = None
         self.worker_pids: list[int] = []
+        self._footprint: footprint.Sampler | None = None  # the controller's (footprint.py)
         self.crashed: list[str] = []
         self.turn = exclusive.ClusterTurn(self.options.run_dir / TURNS) if self.worker else None
         self._pressure: dict[str, node_pressure.CheckPressure] = {}  # per running check
@@ -281,6 +283,7 @@ class ConformanceRun:
         """Take the cluster lock before anything changes; a parallel run prepares here, once."""
         if self.worker or self.collect_only:
             return
+        self._footprint = footprint.Sampler(self.options.run_dir, lambda: self.worker_pids).start()
         api = self.environment.reachable_api()
         if api is not None:
             try:
@@ -665,6 +668,8 @@ class ConformanceRun:
         if problems:
             self.summary.environment["teardown_problems"] = problems
         self._record_run_shape()
+        if self._footprint is not None:
+            self.summary.environment["harness_footprint"] = self._footprint.stop()
         shutil.rmtree(self.options.run_dir / TURNS, ignore_errors=True)
         self.summary.write(self.options.run_dir)
         self._build_reports()

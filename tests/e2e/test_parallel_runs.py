@@ -296,6 +296,9 @@ def test_prepare_and_teardown_run_once_in_the_controller_before_and_after_every_
     assert prepares[0][3] < first_start, "a check started before the environment was ready"
     assert teardowns[0][2] > last_end, "the environment was torn down while a check ran"
     assert parallel_run.summary["environment"]["workers"] == 2
+    # The harness's own footprint, sampled by the controller from /proc (footprint.py), workers too.
+    seen = parallel_run.summary["environment"]["harness_footprint"]
+    assert seen["controller"]["peak_rss_mib"] > 0 and seen["worker"]["peak_fds"] > 0, seen
 
 
 def test_results_of_both_workers_are_merged_into_one_summary_and_one_junit(parallel_run: ParallelRun) -> None:
