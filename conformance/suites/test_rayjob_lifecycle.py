@@ -184,17 +184,64 @@ def test_deletion_rules_act_in_ttl_order(
     cluster = _status(job.running(timeouts))["rayClusterName"]
     with _deletions(ray, cluster, "rules") as deletions:
         final = _completed(job, timeouts)
-        with behaviour("deletion rules act after their TTLs"):
-            after = {what: _seconds_after_end(final, deletions.at(what, ttl + slack + timeouts.apply))
-                     for what, ttl in ttls.items()}  # fmt: skip
+        after = _acted_in_ttl_order(final, deletions, ttls, slack, timeouts, metrics)
+        with behaviour("the head goes with its cluster"):
             head = _seconds_after_end(final, deletions.at("head", slack + timeouts.apply))
+    assert head >= after["cluster"] - CLOCK_TOLERANCE_S, (
+        f"the head went at {head}s, before the cluster: {after}"
+    )
+
+
+def _deployment_rule(policy: str, ttl: int) -> dict[str, Any]:
+    return {"policy": policy, "condition": {"jobDeploymentStatus": "Failed", "ttlSeconds": ttl}}
+
+
+@DELETION_POLICY
+def test_deletion_rules_on_a_failed_deployment_act_after_an_active_deadline(
+    ray: Ray, cluster_values: dict[str, Any], profile: Profile, timeouts: Timeouts, metrics: dict[str, float]
+) -> None:
+    """Catches: rules on `jobDeploymentStatus: Failed` ignored, acting before their TTL, more than
+    ttl_slack_s after it or out of order, once activeDeadlineSeconds failed a RayJob whose Ray job
+    still runs (KubeRay's TestDeletionStrategy); and such a failure read as the Ray job's FAILED
+    status (the rule on jobStatus FAILED, DeleteSelf at 0 s, would delete the RayJob at once)."""
+    deadline, ttls = 60, {"worker": 0, "cluster": 10, "rayjob": 20}
+    policies = {"worker": "DeleteWorkers", "cluster": "DeleteCluster", "rayjob": "DeleteSelf"}
+    rules = [_deployment_rule(policies[what], ttl) for what, ttl in ttls.items()]
+    rules.append(_rule("DeleteSelf", 0, "FAILED"))
+    body = rayjobs.job(cluster_values, "deadline-rules", rayjobs.runs_for(600),
+                       activeDeadlineSeconds=deadline, deletionStrategy={"deletionRules": rules})  # fmt: skip
+    body["spec"]["rayClusterSpec"]["workerGroupSpecs"] = rayjobs.fixed_workers(cluster_values)
+    job = _start(ray, body)
+    cluster = _status(job.running(timeouts))["rayClusterName"]
+    with _deletions(ray, cluster, "deadline-rules") as deletions:
+        final = job.finished(deadline + profile.thresholds["deadline_slack_s"] + timeouts.apply)
+        status = _status(final)
+        assert (status.get("jobDeploymentStatus"), status.get("reason")) == ("Failed", "DeadlineExceeded"), (
+            rayjobs.brief(status)
+        )
+        assert status.get("jobStatus") not in ("FAILED", "SUCCEEDED", "STOPPED"), (
+            f"the Ray job had ended before the deadline: {rayjobs.brief(status)}"
+        )
+        _acted_in_ttl_order(final, deletions, ttls, profile.thresholds["ttl_slack_s"], timeouts, metrics)
+
+
+def _acted_in_ttl_order(
+    final: dict[str, Any],
+    deletions: DeletionTimes,
+    ttls: dict[str, int],
+    slack: float,
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+) -> dict[str, float]:
+    """Seconds from the job's end to each deletion, each within its TTL plus slack, in TTL order."""
+    with behaviour("deletion rules act after their TTLs"):
+        after = {what: _seconds_after_end(final, deletions.at(what, ttl + slack + timeouts.apply))
+                 for what, ttl in ttls.items()}  # fmt: skip
     metrics.update({f"{what}_deleted_s": seconds for what, seconds in after.items()})
     for what, ttl in ttls.items():
         _within(f"the {what} was deleted", after[what], ttl, slack)
     assert after["worker"] < after["cluster"] < after["rayjob"], f"deletions after the end: {after}"
-    assert head >= after["cluster"] - CLOCK_TOLERANCE_S, (
-        f"the head went at {head}s, before the cluster: {after}"
-    )
+    return after
 
 
 def _cluster_stays(ray: Ray, cluster: str, profile: Profile) -> str:

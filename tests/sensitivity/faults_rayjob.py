@@ -263,9 +263,10 @@ FAULTS = [
             BASIC + "test_cluster_survives_the_job_by_default",
             TTL,
             LIFECYCLE + "test_deletion_rules_act_in_ttl_order",
+            LIFECYCLE + "test_deletion_rules_on_a_failed_deployment_act_after_an_active_deadline",
         ),
         bystanders=(BASIC + "test_k8s_job_mode_reaches_succeeded_and_complete",),
-        evidence=("did not stay", "before its 10s", "before its 10s"),
+        evidence=("did not stay", "before its 10s", "before its 10s", "before its 10s"),
     ),
     Fault(
         name="finished-job-cluster-deleted-whatever-the-policy",
