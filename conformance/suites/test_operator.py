@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from conformance.capabilities import Capabilities
 from conformance.environment import Environment
@@ -89,6 +91,80 @@ def test_leader_election_is_on_and_the_lease_is_held(conformance: Environment, a
     )
     if promised.leader_election:
         assert facts.lease_held, f"lease {kuberay.LEASE_NAME} is not held by a current operator pod"
+
+
+# The control-plane metrics KubeRay documents for a RayCluster (ray-operator/controllers/ray/metrics/).
+CLUSTER_METRICS = (
+    "kuberay_cluster_info",
+    "kuberay_cluster_condition_provisioned",
+    "kuberay_cluster_provisioned_duration_seconds",
+)
+METRICS_PORT = 8080  # the chart's container port `http`, which its probes also read /metrics from
+
+
+def test_operator_serves_its_control_plane_metrics_for_a_raycluster(
+    conformance: Environment,
+    api: client.ApiClient,
+    ray: Ray,
+    cluster_values: dict[str, Any],
+    timeouts: Timeouts,
+    metrics: dict[str, float],
+) -> None:
+    """Catches: an operator serving none of KubeRay's control-plane metrics although the chart turns
+    them on (`metrics.enabled`, on by default: `--enable-metrics` dropped on the way), or metrics that
+    do not follow the RayCluster it reconciles (its info, its Provisioned condition, the seconds it
+    took to provision)."""
+    facts = _facts(conformance, api)
+    if "--enable-metrics=false" in facts.args:
+        pytest.skip(NOT_APPLICABLE + "the operator runs with --enable-metrics=false (off as installed)")
+    ray.create("rayclusters", render("ray/raycluster.yaml", **{**cluster_values, "name": "metered"}))
+    ready = ray.wait_cluster_ready("metered", timeouts.ready)
+    uid = ready["metadata"]["uid"]
+    pod = kuberay.holder_pod(facts.lease_holder) if facts.leader_election else _only_operator_pod(api, facts)
+
+    def samples_for_the_cluster() -> dict[str, Sample] | None:
+        found = {s.name: s for s in _scrape(api, facts.namespace, pod) if s.labels.get("uid") == uid}
+        return found if set(CLUSTER_METRICS) <= set(found) else None
+
+    with behaviour(f"operator pod {pod} serves KubeRay's metrics for RayCluster metered"):
+        found = poll_until(
+            samples_for_the_cluster,
+            what=f"{', '.join(CLUSTER_METRICS)} for RayCluster metered on {pod}:{METRICS_PORT}/metrics",
+            timeout=timeouts.apply,
+            describe=lambda: _metric_names(api, facts.namespace, pod),
+        )
+    info = found["kuberay_cluster_info"]
+    assert (info.labels.get("name"), info.labels.get("namespace"), info.labels.get("owner_kind")) == (
+        "metered",
+        ray.namespace,
+        "None",
+    ), f"kuberay_cluster_info: {info.labels}"
+    provisioned = found["kuberay_cluster_condition_provisioned"]
+    assert provisioned.labels.get("condition") == "true" and provisioned.value == 1, provisioned
+    took = found["kuberay_cluster_provisioned_duration_seconds"].value
+    assert 0 < took <= timeouts.ready, f"provisioned in {took}s by the metric, the cluster is ready"
+    metrics["provisioned_metric_s"] = round(took, 2)
+
+
+def _only_operator_pod(api: client.ApiClient, facts: kuberay.OperatorFacts) -> str:
+    pods = client.CoreV1Api(api).list_namespaced_pod(facts.namespace).items
+    ours = [p.metadata.name for p in pods if is_serving(p) and p.metadata.name.startswith(facts.deployment)]
+    if len(ours) != 1:
+        raise HarnessError(f"expected one serving operator pod, found {ours}", "see its Deployment")
+    return ours[0]
+
+
+def _scrape(api: client.ApiClient, namespace: str, pod: str) -> list[Sample]:
+    """The pod's /metrics through the API server's pod proxy (no port-forward, no Service needed)."""
+    text = client.CoreV1Api(api).connect_get_namespaced_pod_proxy_with_path(
+        f"{pod}:{METRICS_PORT}", namespace, "metrics"
+    )
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def _metric_names(api: client.ApiClient, namespace: str, pod: str) -> str:
+    names = sorted({s.name for s in _scrape(api, namespace, pod) if s.name.startswith("kuberay_")})
+    return f"KubeRay metrics served: {', '.join(names) or 'none'}"
 
 
 @pytest.mark.exclusive("deletes the shared operator's pod")
