@@ -19,13 +19,13 @@ import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from conformance.build import gobuild, image_cache, pins, small_images
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError
 from conformance.install import kuberay
 from conformance.kube.manifests import render_all
 from conformance.kube.wait import WaitTimeout, wait_for
 from conformance.progress import progress
-from conformance.providers.local import gobuild, images, pins
-from conformance.providers.local.layout import cache_dir
 
 GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
 GROUP = "gateway.networking.k8s.io"
@@ -57,10 +57,10 @@ def crd_documents(version: str = pins.GATEWAY_API) -> list[dict[str, Any]]:
     return crds
 
 
-def traefik_image() -> images.ImageArchive:
+def traefik_image() -> image_cache.ImageArchive:
     tool = pins.TOOLS["traefik"]
     bin_dir = gobuild.ensure_built(tool, cache_dir())
-    return images.binary_image(cache_dir(), "traefik", tool.version, bin_dir / "traefik", ["/traefik"])
+    return small_images.binary_image(cache_dir(), "traefik", tool.version, bin_dir / "traefik", ["/traefik"])
 
 
 def render_traefik(class_name: str, image: str, status_ip: str, image_build: str) -> list[dict[str, Any]]:

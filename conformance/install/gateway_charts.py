@@ -285,7 +285,7 @@ class Installed:
 
 def begin(implementation: str, class_name: str, target: KubeTarget) -> Installed:
     """The empty record `install` fills as it goes, so a failed install can still be undone."""
-    from conformance.providers.local import pins  # noqa: PLC0415
+    from conformance.build import pins  # noqa: PLC0415
 
     return Installed(
         implementation, plan(implementation, class_name).version, class_name, pins.GATEWAY_API, target

@@ -45,11 +45,11 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError
 
 from conformance import resources
+from conformance.build import gobuild, image_cache, pins, small_images
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.wait import WaitTimeout, wait_for, wait_gone
 from conformance.progress import progress
-from conformance.providers.local import gobuild, images, pins
-from conformance.providers.local.layout import cache_dir
 
 DEFAULT_VERSION = pins.KUBERAY
 OPERATOR_MODULE = "github.com/ray-project/kuberay/ray-operator"
@@ -152,7 +152,7 @@ class OperatorNotReady(ProvisioningError):
 class ImageLoader(Protocol):
     """What `install_local` needs of a provider: a way to put a locally built image on the node."""
 
-    def load_image(self, archive: images.ImageArchive) -> None: ...
+    def load_image(self, archive: image_cache.ImageArchive) -> None: ...
 
 
 # --- the spec and its arguments (pure) ---------------------------------------------------
@@ -435,11 +435,11 @@ def operator_tool(version: str) -> pins.GoTool:
     return tool if tool.version == version else replace(tool, version=version)
 
 
-def operator_image(version: str) -> images.ImageArchive:
+def operator_image(version: str) -> image_cache.ImageArchive:
     """The operator image for `version`, built from the Go build cache (built first if missing)."""
     cache = cache_dir()
     bin_dir = gobuild.ensure_built(operator_tool(version), cache)
-    return images.binary_image(cache, NAME, version, bin_dir / "kuberay-operator", ["/manager"])
+    return small_images.binary_image(cache, NAME, version, bin_dir / "kuberay-operator", ["/manager"])
 
 
 def module_dir(version: str) -> Path:

@@ -21,9 +21,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from conformance.build import gobuild
+from conformance.build.cache import cache_dir
 from conformance.install import kuberay
-from conformance.providers.local import gobuild
-from conformance.providers.local.layout import cache_dir
 
 CONTAINER = kuberay.NAME  # the operator's container in manifests/kuberay/operator.yaml
 

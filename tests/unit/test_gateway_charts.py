@@ -20,13 +20,13 @@ import yaml
 from kubernetes import client
 
 from conformance import profiles
+from conformance.build import pins
 from conformance.environment import Environment, RunOptions
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import gateway, gateway_charts
 from conformance.install import kuberay as kuberay_install
 from conformance.kube.rayservice import address
 from conformance.kube.target import KubeTarget
-from conformance.providers.local import pins
 
 # A context that is not the kubeconfig's current one: every helm call must name it.
 TARGET = KubeTarget(Path("/tmp/krc-test-kubeconfig"), "krc-test-context")
