@@ -20,6 +20,7 @@ from kubernetes.dynamic import DynamicClient
 
 from conformance.build import gobuild, image_cache, pins, small_images
 from conformance.install import kuberay
+from conformance.kube import apply, rollout
 from conformance.kube.manifests import render_all
 from conformance.progress import progress
 
@@ -52,7 +53,7 @@ def render(image: str, helper_image: str, node_path: Path, image_build: str) -> 
         image=image,
         helper_image=helper_image,
         version=pins.LOCAL_PATH_PROVISIONER,
-        managed_by=kuberay.MANAGED_BY,
+        managed_by=apply.MANAGED_BY,
         node_path=str(node_path),
         class_name=CLASS_NAME,
         provisioner_name=PROVISIONER_NAME,
@@ -77,5 +78,5 @@ def install_local(
     with progress(f"applying local-path-provisioner {pins.LOCAL_PATH_PROVISIONER} to {NAMESPACE}") as line:
         for doc in docs:  # the Namespace first: the manifest lists it first
             line.update(f"{doc['kind']}/{doc['metadata']['name']}")
-            kuberay.apply_object(dynamic, doc)
-    kuberay.wait_rolled_out(api_client, NAMESPACE, "local-path-provisioner", timeout)
+            apply.apply_object(dynamic, doc)
+    rollout.wait_rolled_out(api_client, NAMESPACE, "local-path-provisioner", timeout)

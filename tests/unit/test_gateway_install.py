@@ -14,7 +14,8 @@ from conformance.build.gobuild import (
     write_local_modules,
 )
 from conformance.errors import UsageError
-from conformance.install.gateway import TRAEFIK_CONTROLLER, condition_true, render_traefik
+from conformance.install.gateway import TRAEFIK_CONTROLLER, render_traefik
+from conformance.kube.gateway import condition_true
 
 TRAEFIK_LIKE_GOMOD = """module github.com/traefik/traefik/v3
 
