@@ -25,8 +25,8 @@ from kubernetes import client, config
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from conformance.build import gobuild, pins, small_images  # noqa: E402
 from conformance.kube.wait import wait_for  # noqa: E402
-from conformance.providers.local import gobuild, images, pins  # noqa: E402
 from conformance.providers.local.provider import LocalProvider  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "local_provider.json"
@@ -84,7 +84,7 @@ def pod_start_seconds(provider: LocalProvider) -> list[float]:
     api = config.new_client_from_config(str(provider.state.admin_kubeconfig))
     core = client.CoreV1Api(api)
     kubectl = provider.ensure_binaries().kubernetes / "kubectl"
-    archive = images.toolbox_image(provider.cache, kubectl)
+    archive = small_images.toolbox_image(provider.cache, kubectl)
     provider.load_image(archive)
     namespace = f"krc-bench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})

@@ -78,8 +78,8 @@ def figures(summary: dict) -> dict:
 
 def build_times() -> dict[str, float | None]:
     """Cold build seconds of the gateway and load tools, as their cached builds recorded them."""
-    from conformance.providers.local import gobuild, pins  # noqa: PLC0415
-    from conformance.providers.local.layout import cache_dir  # noqa: PLC0415
+    from conformance.build import gobuild, pins  # noqa: PLC0415
+    from conformance.build.cache import cache_dir  # noqa: PLC0415
 
     return {
         f"{name} {pins.TOOLS[name].version}": gobuild.build_seconds(pins.TOOLS[name], cache_dir())

@@ -319,8 +319,8 @@ class Environment:
 
     def _buildable_version(self, requested: str) -> str:
         """The requested KubeRay, or the newest older release the Go proxy serves source for."""
+        from conformance.build import gobuild  # noqa: PLC0415
         from conformance.install import kuberay  # noqa: PLC0415
-        from conformance.providers.local import gobuild  # noqa: PLC0415
 
         cache = self.provider.cache  # type: ignore[attr-defined]
         resolved = gobuild.resolve(kuberay.operator_tool(requested), cache)
@@ -334,13 +334,13 @@ class Environment:
     def _provide_images(self) -> None:
         if self.options.kuberay_install not in ("local-build", "source"):
             return  # public images, pulled by the cluster
-        from conformance.providers.local import images  # noqa: PLC0415
+        from conformance.build import ray_images  # noqa: PLC0415
 
         cache = getattr(self.provider, "cache", None)
         if cache is None:
             raise ProvisioningError("the provider has no image cache", "use the local provider")
         for version in self.options.versions_to_test:
-            archive = images.ray_image(cache, version)
+            archive = ray_images.ray_image(cache, version)
             expected = self.options.profile.ray_image(version)
             if archive.ref != expected:
                 raise UsageError(
@@ -349,7 +349,7 @@ class Environment:
                     "set images.ray in the profile to localhost/kuberay-conformance/ray:{ray_version}",
                 )
             self.provider.load_image(archive)  # type: ignore[attr-defined]
-        redis = images.redis_image(cache)
+        redis = ray_images.redis_image(cache)
         if redis.ref != self.options.profile.redis_image:
             raise UsageError(
                 f"profile {self.options.profile.name} names Redis image {self.options.profile.redis_image}, "

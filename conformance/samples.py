@@ -70,11 +70,11 @@ class SamplesUnknown(Exception):
 def locate(environment: Any) -> Path:
     """The samples folder of the KubeRay under test: the checkout's, or the Go module's of the
     version the install builds or deploys (the same resolution the install makes)."""
+    from conformance.build import gobuild  # noqa: PLC0415
+    from conformance.build.cache import cache_dir  # noqa: PLC0415 - any provider's builds
     from conformance.install import kuberay  # noqa: PLC0415 - the local build machinery
     from conformance.install.kuberay_source import Checkout  # noqa: PLC0415
     from conformance.plugin import NOT_APPLICABLE  # noqa: PLC0415 - the plugin imports the suites' library
-    from conformance.providers.local import gobuild  # noqa: PLC0415
-    from conformance.providers.local.layout import cache_dir  # noqa: PLC0415 - any provider's builds
 
     options = environment.options
     if options.kuberay_source:

@@ -19,8 +19,8 @@ import urllib3
 from kubernetes import client, config
 
 from conformance import cluster_lock
+from conformance.build import small_images
 from conformance.providers.base import Cluster
-from conformance.providers.local import images
 from conformance.providers.local.provider import LocalProvider
 
 
@@ -80,7 +80,7 @@ def _live_holder_of_the_cluster_lock(kubeconfig: Path) -> str:
 def toolbox(local_provider: LocalProvider, local_cluster: Cluster) -> str:
     """An image built on this machine (busybox and kubectl), imported into the node."""
     kubectl = local_provider.ensure_binaries().kubernetes / "kubectl"
-    archive = images.toolbox_image(local_provider.cache, kubectl)
+    archive = small_images.toolbox_image(local_provider.cache, kubectl)
     local_provider.load_image(archive)
     return archive.ref
 

@@ -1,1 +1,2 @@
-"""Artifacts the harness builds for providers other than the local one (kind node images)."""
+"""The build floor: pinned versions, Go builds from the module proxy, images built on this machine,
+and the cache that keeps them, shared by every provider and installer (kind node images too)."""

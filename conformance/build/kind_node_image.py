@@ -49,11 +49,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.build import gobuild, image_cache, image_pack, pins, small_images
+from conformance.build.cache import cache_dir as default_cache_dir
+from conformance.build.cache import cache_entry_lock
+from conformance.build.commands import run
+from conformance.build.rootfs import DEBIAN_MIRROR, debootstrap_command, slim_rootfs
 from conformance.errors import ProvisioningError, UsageError
 from conformance.progress import progress
-from conformance.providers.local import gobuild, images, pins
-from conformance.providers.local.layout import cache_dir as default_cache_dir
-from conformance.providers.local.layout import cache_entry_lock
 
 KIND_VERSION = "v0.33.0"  # the kind CLI whose node-image layout, files and image names this follows
 # cri-tools: the newest release the Go module proxy serves at or below Kubernetes' minor.
@@ -395,7 +397,7 @@ def kindnet_conflist(pod_cidr: str) -> str:
 
 def node_image_ref(kubernetes_version: str, key: str) -> str:
     """The node image's name: the Kubernetes version and the recipe digest as its tag."""
-    return images.image_ref(NODE_IMAGE_NAME, f"{kubernetes_version}-{key}")
+    return image_cache.image_ref(NODE_IMAGE_NAME, f"{kubernetes_version}-{key}")
 
 
 def recipe_digest(inputs: Mapping[str, object]) -> str:
@@ -500,12 +502,12 @@ def _parts(cache: Path) -> tuple[_Parts, dict[str, object]]:
     inputs.update(
         {
             "suite": pins.DEBIAN_SUITE,
-            "mirror": images.DEBIAN_MIRROR,
+            "mirror": DEBIAN_MIRROR,
             "base_packages": list(BASE_PACKAGES),
             "kube_proxy_packages": list(KUBE_PROXY_PACKAGES),
             "kindnet_script": hashlib.sha256(KINDNET_SCRIPT.encode()).hexdigest(),
             "docker_shim": hashlib.sha256(DOCKER_SHIM.encode()).hexdigest(),
-            "pause": hashlib.sha256(images.PAUSE_SOURCE.read_bytes()).hexdigest(),
+            "pause": hashlib.sha256(small_images.PAUSE_SOURCE.read_bytes()).hexdigest(),
             "busybox": _busybox_version(),
         }
     )
@@ -542,7 +544,7 @@ def ensure_node_image(cache: Path | None = None, engine: str | None = None) -> N
             partial.rename(root)
         elif not _engine_has(engine, ref):
             with progress(f"loading {ref} into {engine}"):
-                _run([engine, "load", "-i", str(archive)], root / "load.log", f"{engine} load", "see the log")
+                run([engine, "load", "-i", str(archive)], root / "load.log", f"{engine} load", "see the log")
     marker = json.loads((root / MARKER_NAME).read_text())
     return NodeImage(
         ref=ref,
@@ -572,7 +574,7 @@ def _build(parts: _Parts, cache: Path, engine: str, ref: str, key: str, work: Pa
     with progress(f"building kind node image {ref}") as line:
         line.update("kubeadm image names")
         wanted = kubeadm_images(
-            _run(
+            run(
                 [str(parts.kubeadm / "kubeadm"), "config", "images", "list", "--kubernetes-version", version],
                 log,
                 "kubeadm config images list",
@@ -584,7 +586,7 @@ def _build(parts: _Parts, cache: Path, engine: str, ref: str, key: str, work: Pa
         addons = kind_images(
             (nodeimage / "const_cni.go").read_text(), (nodeimage / "const_storage.go").read_text()
         )
-        pause = images.pause_image(cache)
+        pause = small_images.pause_image(cache)
         line.update("component images")
         server_images = _component_images(parts, work, wanted, addons, pause, log, line)
         line.update("server tarball")
@@ -598,7 +600,7 @@ def _build(parts: _Parts, cache: Path, engine: str, ref: str, key: str, work: Pa
         for archive in server_images.values():
             archive.unlink()
         line.update("base image (debootstrap)")
-        base_ref = images.image_ref(BASE_IMAGE_NAME, f"{KIND_VERSION}-{key}")
+        base_ref = image_cache.image_ref(BASE_IMAGE_NAME, f"{KIND_VERSION}-{key}")
         _base_image(parts, engine, base_ref, pause.ref, key, work, log)
         try:
             line.update("kind build node-image")
@@ -607,7 +609,7 @@ def _build(parts: _Parts, cache: Path, engine: str, ref: str, key: str, work: Pa
             subprocess.run([engine, "rmi", base_ref], capture_output=True, check=False)
         tarball.unlink()
         line.update(f"{engine} save")
-        _run([engine, "save", "-o", str(work / ARCHIVE_NAME), ref], log, f"{engine} save", "see the log")
+        run([engine, "save", "-o", str(work / ARCHIVE_NAME), ref], log, f"{engine} save", "see the log")
 
 
 def _component_images(
@@ -615,7 +617,7 @@ def _component_images(
     work: Path,
     wanted: Mapping[str, str],
     addons: KindImages,
-    pause: images.ImageArchive,
+    pause: image_cache.ImageArchive,
     log: Path,
     line: object,
 ) -> dict[str, Path]:
@@ -623,7 +625,7 @@ def _component_images(
     version = pins.KUBERNETES
     singles = work / "singles"
     singles.mkdir()
-    own = images.REGISTRY
+    own = image_cache.REGISTRY
 
     def static(name: str, tag: str, files: Mapping[str, Path], entrypoint: tuple[str, ...]) -> Path:
         rootfs = singles / f"{name}-rootfs"
@@ -631,13 +633,13 @@ def _component_images(
         for target, source in files.items():
             _install(source, rootfs / target.lstrip("/"))
         out = singles / f"{name}.tar"
-        config = images.ImageConfig(
+        config = image_cache.ImageConfig(
             entrypoint=entrypoint,
-            env=(f"PATH={images.SYSTEM_PATH}",),
+            env=(f"PATH={image_cache.SYSTEM_PATH}",),
             user="0:0",
             labels={"org.opencontainers.image.version": tag},
         )
-        images.pack_rootfs_tar(rootfs, f"{own}/{name}:{tag}", config, out)
+        image_pack.pack_rootfs_tar(rootfs, f"{own}/{name}:{tag}", config, out)
         shutil.rmtree(rootfs)
         return out
 
@@ -746,13 +748,13 @@ def _busybox_image(
         (rootfs / NODE_SIDE_SCRIPT.lstrip("/")).write_text(script)
         (rootfs / NODE_SIDE_SCRIPT.lstrip("/")).chmod(0o755)
     out = singles / f"{name}.tar"
-    config = images.ImageConfig(
+    config = image_cache.ImageConfig(
         entrypoint=entrypoint,
         env=("PATH=/usr/local/bin:/bin",),
         user="0:0",
         labels={"org.opencontainers.image.version": _busybox_version()},
     )
-    images.pack_rootfs_tar(rootfs, f"{images.REGISTRY}/{name}:busybox", config, out)
+    image_pack.pack_rootfs_tar(rootfs, f"{image_cache.REGISTRY}/{name}:busybox", config, out)
     shutil.rmtree(rootfs)
     return out
 
@@ -761,8 +763,8 @@ def _debootstrap(rootfs: Path, packages: Sequence[str], log: Path) -> None:
     if not shutil.which("debootstrap"):
         raise ProvisioningError("debootstrap is not installed", "apt-get install -y debootstrap")
     argv = ["unshare", "--mount", "--propagation", "private"]
-    argv += images.debootstrap_command(pins.DEBIAN_SUITE, rootfs, images.DEBIAN_MIRROR, packages)
-    _run(argv, log, f"debootstrap {pins.DEBIAN_SUITE}", f"check that {images.DEBIAN_MIRROR} is reachable")
+    argv += debootstrap_command(pins.DEBIAN_SUITE, rootfs, DEBIAN_MIRROR, packages)
+    run(argv, log, f"debootstrap {pins.DEBIAN_SUITE}", f"check that {DEBIAN_MIRROR} is reachable")
 
 
 def _copy_tree(source: Path, target: Path) -> None:
@@ -782,16 +784,16 @@ def _copy_tree(source: Path, target: Path) -> None:
 def _kube_proxy_image(parts: _Parts, singles: Path, log: Path) -> Path:
     rootfs = singles / "kube-proxy-rootfs"
     _debootstrap(rootfs, KUBE_PROXY_PACKAGES, log)
-    images.slim_rootfs(rootfs, extra=("dev/*",))  # the runtime mounts /dev
+    slim_rootfs(rootfs, extra=("dev/*",))  # the runtime mounts /dev
     _install(parts.kubernetes / "kube-proxy", rootfs / "usr/local/bin/kube-proxy")
     out = singles / "kube-proxy.tar"
-    config = images.ImageConfig(
+    config = image_cache.ImageConfig(
         entrypoint=("/usr/local/bin/kube-proxy",),
-        env=(f"PATH={images.SYSTEM_PATH}",),
+        env=(f"PATH={image_cache.SYSTEM_PATH}",),
         user="0:0",
         labels={"org.opencontainers.image.version": pins.KUBERNETES},
     )
-    images.pack_rootfs_tar(rootfs, f"{images.REGISTRY}/kube-proxy:{pins.KUBERNETES}", config, out)
+    image_pack.pack_rootfs_tar(rootfs, f"{image_cache.REGISTRY}/kube-proxy:{pins.KUBERNETES}", config, out)
     shutil.rmtree(rootfs)
     return out
 
@@ -813,7 +815,7 @@ def _base_image(
     for plugin in CNI_PLUGINS:
         _install(rootfs / DEBIAN_CNI_DIR / plugin, rootfs / "opt/cni/bin" / plugin)
     spec = json.loads(
-        _run([str(parts.containerd / "ctr"), "oci", "spec"], log, "ctr oci spec", "", capture=True)
+        run([str(parts.containerd / "ctr"), "oci", "spec"], log, "ctr oci spec", "", capture=True)
     )
     (rootfs / "etc/containerd/cri-base.json").write_text(json.dumps(cri_base_spec(spec), indent=2) + "\n")
     # What kind's Dockerfile does after installing the packages.
@@ -833,11 +835,11 @@ def _base_image(
     (rootfs / "sbin/init").unlink(missing_ok=True)
     (rootfs / "sbin/init").symlink_to("/usr/lib/systemd/systemd")
     systemctl = ["chroot", str(rootfs), "systemctl"]
-    _run([*systemctl, "enable", "kubelet.service", "containerd.service", "undo-mount-hacks.service"], log,
+    run([*systemctl, "enable", "kubelet.service", "containerd.service", "undo-mount-hacks.service"], log,
          "systemctl enable", "see the log")  # fmt: skip
-    _run([*systemctl, "mask", "systemd-binfmt.service"], log, "systemctl mask", "see the log")
+    run([*systemctl, "mask", "systemd-binfmt.service"], log, "systemctl mask", "see the log")
     (rootfs / "etc/kubernetes/manifests").mkdir(parents=True, exist_ok=True)
-    images.slim_rootfs(rootfs, extra=("dev/*",))  # the runtime mounts /dev
+    slim_rootfs(rootfs, extra=("dev/*",))  # the runtime mounts /dev
     (rootfs / "etc/machine-id").write_text("")
     changes = [arg for change in base_image_changes(key) for arg in ("--change", change)]
     with log.open("a") as sink:
@@ -875,7 +877,7 @@ def _kind_build(
         (shim_dir / "docker").chmod(0o755)
         env["PATH"] = f"{shim_dir}{os.pathsep}{env.get('PATH', '')}"
     try:
-        _run(
+        run(
             kind_build_argv(kind, tarball, base_ref, ref),
             log,
             "kind build node-image",
@@ -884,38 +886,3 @@ def _kind_build(
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _run(
-    argv: Sequence[str],
-    log: Path,
-    what: str,
-    fix: str,
-    *,
-    env: Mapping[str, str] | None = None,
-    capture: bool = False,
-) -> str:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as sink:
-        sink.write(f"[{time.strftime('%H:%M:%S')}] $ {' '.join(argv)}\n")
-        sink.flush()
-        try:
-            done = subprocess.run(
-                list(argv),
-                stdout=subprocess.PIPE if capture else sink,
-                stderr=sink,
-                text=True,
-                env=dict(env) if env else None,
-                check=False,
-            )
-        except FileNotFoundError as exc:
-            raise ProvisioningError(f"{what}: {argv[0]} is not installed", fix or "install it") from exc
-        if capture:
-            sink.write(done.stdout or "")
-    if done.returncode != 0:
-        tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
-        raise ProvisioningError(
-            f"{what} failed (exit {done.returncode}): {' '.join(tail) or 'no output'}",
-            f"{fix}; full log: {log}" if fix else f"full log: {log}",
-        )
-    return done.stdout or ""

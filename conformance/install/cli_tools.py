@@ -13,9 +13,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from conformance.build import gobuild, pins
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError
-from conformance.providers.local import gobuild, pins
-from conformance.providers.local.layout import cache_dir
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,17 @@ import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from conformance.build import gobuild, image_cache, pins, small_images
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError
 from conformance.install import kuberay
+from conformance.kube import apply, rollout
+from conformance.kube.gateway import GROUP, condition_true, describe_conditions
 from conformance.kube.manifests import render_all
 from conformance.kube.wait import WaitTimeout, wait_for
 from conformance.progress import progress
-from conformance.providers.local import gobuild, images, pins
-from conformance.providers.local.layout import cache_dir
 
 GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
-GROUP = "gateway.networking.k8s.io"
 NAMESPACE = "kuberay-conformance-gateway"
 TEMPLATE = "gateway/traefik.yaml"
 TRAEFIK_CONTROLLER = "traefik.io/gateway-controller"  # controllerName in Traefik's Gateway provider
@@ -57,10 +58,10 @@ def crd_documents(version: str = pins.GATEWAY_API) -> list[dict[str, Any]]:
     return crds
 
 
-def traefik_image() -> images.ImageArchive:
+def traefik_image() -> image_cache.ImageArchive:
     tool = pins.TOOLS["traefik"]
     bin_dir = gobuild.ensure_built(tool, cache_dir())
-    return images.binary_image(cache_dir(), "traefik", tool.version, bin_dir / "traefik", ["/traefik"])
+    return small_images.binary_image(cache_dir(), "traefik", tool.version, bin_dir / "traefik", ["/traefik"])
 
 
 def render_traefik(class_name: str, image: str, status_ip: str, image_build: str) -> list[dict[str, Any]]:
@@ -69,7 +70,7 @@ def render_traefik(class_name: str, image: str, status_ip: str, image_build: str
         namespace=NAMESPACE,
         image=image,
         version=pins.TRAEFIK,
-        managed_by=kuberay.MANAGED_BY,
+        managed_by=apply.MANAGED_BY,
         status_ip=status_ip,
         class_name=class_name,
         controller_name=TRAEFIK_CONTROLLER,
@@ -81,21 +82,21 @@ def install_local(
     provider: kuberay.ImageLoader, api_client: client.ApiClient, class_name: str, timeout: float
 ) -> GatewayFacts:
     """CRDs, then Traefik; returns once the Deployment is available and the class Accepted."""
-    kuberay.apply_crds(api_client, crd_documents(), what="Gateway API")
+    apply.apply_crds(api_client, crd_documents(), what="Gateway API")
     archive = traefik_image()
     provider.load_image(archive)
     core = client.CoreV1Api(api_client)
-    kuberay.ensure_namespace(core, NAMESPACE)
+    apply.ensure_namespace(core, NAMESPACE)
     dynamic = DynamicClient(api_client)
     build = archive.path.parent.name
     # The Service goes first: its ClusterIP is the address Traefik publishes on every Gateway.
     service = _only(render_traefik(class_name, archive.ref, "0.0.0.0", build), "Service")
-    kuberay.apply_object(dynamic, service)
+    apply.apply_object(dynamic, service)
     status_ip = core.read_namespaced_service(service["metadata"]["name"], NAMESPACE).spec.cluster_ip
     with progress(f"applying Traefik {pins.TRAEFIK} to {NAMESPACE}") as line:
         for doc in render_traefik(class_name, archive.ref, status_ip, build):
             line.update(f"{doc['kind']}/{doc['metadata']['name']}")
-            kuberay.apply_object(dynamic, doc)
+            apply.apply_object(dynamic, doc)
     wait_ready(api_client, class_name, timeout)
     return GatewayFacts("traefik", pins.TRAEFIK, pins.GATEWAY_API, class_name, status_ip)
 
@@ -105,7 +106,7 @@ def _only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def wait_ready(api_client: client.ApiClient, class_name: str, timeout: float) -> None:
-    kuberay.wait_rolled_out(api_client, NAMESPACE, "traefik", timeout)
+    rollout.wait_rolled_out(api_client, NAMESPACE, "traefik", timeout)
     wait_class_accepted(
         api_client, class_name, timeout, f"the logs of deployment/traefik in namespace {NAMESPACE}"
     )
@@ -127,21 +128,6 @@ def wait_class_accepted(api_client: client.ApiClient, class_name: str, timeout: 
         raise ProvisioningError(
             f"the Gateway implementation did not become ready: {exc.last_seen}", f"see {where}"
         ) from exc
-
-
-def condition_true(obj: dict[str, Any], kind: str, generation: bool = True) -> bool:
-    """Whether condition `kind` is True and, with `generation`, observed for the current spec."""
-    current = obj.get("metadata", {}).get("generation")
-    for cond in obj.get("status", {}).get("conditions") or []:
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return not generation or current is None or cond.get("observedGeneration", current) >= current
-    return False
-
-
-def describe_conditions(obj: dict[str, Any]) -> str:
-    conds = obj.get("status", {}).get("conditions") or []
-    states = [f"{c.get('type')}={c.get('status')}({c.get('reason')})" for c in conds]
-    return ", ".join(states) or "no status yet"
 
 
 def note(facts: GatewayFacts) -> str:

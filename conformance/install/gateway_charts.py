@@ -55,7 +55,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from conformance.errors import ProvisioningError, UsageError
-from conformance.install import kuberay
+from conformance.kube import apply
+from conformance.kube.gateway import condition_true
 from conformance.kube.target import KubeTarget
 from conformance.progress import progress
 
@@ -177,7 +178,7 @@ def gateway_class(name: str, controller: str, parameters_ref: dict[str, str] | N
     return {
         "apiVersion": f"{GROUP}/v1",
         "kind": "GatewayClass",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": kuberay.MANAGED_BY}},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": apply.MANAGED_BY}},
         "spec": spec,
     }
 
@@ -189,7 +190,7 @@ def envoy_proxy(name: str, namespace: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": kuberay.MANAGED_BY},
+            "labels": {"app.kubernetes.io/managed-by": apply.MANAGED_BY},
         },
         "spec": {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": {"type": "ClusterIP"}}}},
     }
@@ -285,7 +286,7 @@ class Installed:
 
 def begin(implementation: str, class_name: str, target: KubeTarget) -> Installed:
     """The empty record `install` fills as it goes, so a failed install can still be undone."""
-    from conformance.providers.local import pins  # noqa: PLC0415
+    from conformance.build import pins  # noqa: PLC0415
 
     return Installed(
         implementation, plan(implementation, class_name).version, class_name, pins.GATEWAY_API, target
@@ -311,13 +312,13 @@ def install(api_client: client.ApiClient, done: Installed, timeout: float) -> In
     else:
         crds = gateway.crd_documents()
         done.crds_made += [crd["metadata"]["name"] for crd in crds]
-        kuberay.apply_crds(api_client, crds, what="Gateway API")
+        apply.apply_crds(api_client, crds, what="Gateway API")
     if steps.crd_chart is not None:
         crds = [doc for doc in render(steps.crd_chart) if doc.get("kind") == "CustomResourceDefinition"]
         done.crds_made += [
             crd["metadata"]["name"] for crd in crds if not _crd_exists(ext, crd["metadata"]["name"])
         ]
-        kuberay.apply_crds(api_client, crds, what=steps.implementation)
+        apply.apply_crds(api_client, crds, what=steps.implementation)
     for release in steps.releases:
         if not release_exists(release, target):
             done.releases.append(release)
@@ -325,7 +326,7 @@ def install(api_client: client.ApiClient, done: Installed, timeout: float) -> In
     dynamic = DynamicClient(api_client)
     for doc in steps.extra_docs:
         done.docs_made.append(doc)
-        kuberay.apply_object(dynamic, doc)
+        apply.apply_object(dynamic, doc)
     if existing is None:
         done.class_made = _create_class(custom, steps.gateway_class)
     gateway.wait_class_accepted(
@@ -422,8 +423,6 @@ def _read_class(custom: client.CustomObjectsApi, name: str) -> dict[str, Any] | 
 
 
 def _served(gc: dict[str, Any], controller: str) -> bool:
-    from conformance.install.gateway import condition_true  # noqa: PLC0415
-
     return gc.get("spec", {}).get("controllerName") == controller and condition_true(gc, "Accepted")
 
 

@@ -32,7 +32,7 @@ import json
 import re
 import string
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,14 +42,15 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import DynamicApiError
 
 from conformance import resources
+from conformance.build import gobuild, image_cache, pins, small_images
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError, UsageError
+from conformance.kube.apply import MANAGED_BY, api_reason, apply_crds, apply_object, ensure_namespace
+from conformance.kube.rollout import deployment_available, describe_deployment
 from conformance.kube.wait import WaitTimeout, wait_for, wait_gone
 from conformance.progress import progress
-from conformance.providers.local import gobuild, images, pins
-from conformance.providers.local.layout import cache_dir
 
 DEFAULT_VERSION = pins.KUBERAY
 OPERATOR_MODULE = "github.com/ray-project/kuberay/ray-operator"
@@ -57,8 +58,6 @@ HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 NAME = "kuberay-operator"  # Deployment, ServiceAccount, Service, ClusterRole(Binding): the chart's names
 LEADER_ELECTION_ROLE = "kuberay-operator-leader-election"
 LEASE_NAME = "ray-operator-leader"  # LeaderElectionID in main.go
-MANAGED_BY = "kuberay-conformance"
-FIELD_MANAGER = "kuberay-conformance"
 MANIFEST = resources.path("manifests") / "kuberay" / "operator.yaml"
 RAY_KINDS = ("rayclusters", "rayjobs", "rayservices", "raycronjobs")
 POD_SELECTOR = f"app.kubernetes.io/name={NAME},app.kubernetes.io/instance={NAME}"
@@ -152,7 +151,7 @@ class OperatorNotReady(ProvisioningError):
 class ImageLoader(Protocol):
     """What `install_local` needs of a provider: a way to put a locally built image on the node."""
 
-    def load_image(self, archive: images.ImageArchive) -> None: ...
+    def load_image(self, archive: image_cache.ImageArchive) -> None: ...
 
 
 # --- the spec and its arguments (pure) ---------------------------------------------------
@@ -435,11 +434,11 @@ def operator_tool(version: str) -> pins.GoTool:
     return tool if tool.version == version else replace(tool, version=version)
 
 
-def operator_image(version: str) -> images.ImageArchive:
+def operator_image(version: str) -> image_cache.ImageArchive:
     """The operator image for `version`, built from the Go build cache (built first if missing)."""
     cache = cache_dir()
     bin_dir = gobuild.ensure_built(operator_tool(version), cache)
-    return images.binary_image(cache, NAME, version, bin_dir / "kuberay-operator", ["/manager"])
+    return small_images.binary_image(cache, NAME, version, bin_dir / "kuberay-operator", ["/manager"])
 
 
 def module_dir(version: str) -> Path:
@@ -450,84 +449,6 @@ def module_dir(version: str) -> Path:
 # --- applying ----------------------------------------------------------------------------------
 
 
-def _apply(dynamic: DynamicClient, doc: dict) -> None:
-    """Server-side apply: idempotent, and the CRDs are too big for client-side apply's annotation."""
-    kind, name = doc["kind"], doc["metadata"]["name"]
-    try:
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=kind)
-        dynamic.server_side_apply(
-            resource,
-            body=doc,
-            namespace=doc["metadata"].get("namespace"),
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-        )
-    except (ApiException, DynamicApiError) as exc:
-        raise ProvisioningError(
-            f"server-side apply of {kind}/{name} failed: {_api_reason(exc)}",
-            "an operator installed another way (other selector labels) must be removed first",
-        ) from exc
-
-
-def _api_reason(exc: Exception) -> str:
-    body = getattr(exc, "body", None) or getattr(exc, "summary", lambda: "")()
-    try:
-        return json.loads(body).get("message", str(body))[:300]
-    except (TypeError, ValueError):
-        return str(body or exc)[:300]
-
-
-def _ensure_namespace(core: client.CoreV1Api, namespace: str) -> None:
-    # Created, never applied: a namespace that already exists (default, a team's) is left as it is,
-    # and only one carrying our label is removed by uninstall_local.
-    body = {"metadata": {"name": namespace, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}}}
-    try:
-        core.create_namespace(body)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise ProvisioningError(
-                f"creating namespace {namespace} failed: {_api_reason(exc)}",
-                "check that the kubeconfig's user may create namespaces, or create it beforehand",
-            ) from exc
-
-
-def apply_crds(
-    api_client: client.ApiClient, crds: Iterable[dict], timeout: float = 60.0, what: str = "KubeRay"
-) -> None:
-    """Apply the CRDs and wait until each is Established (served by the API server)."""
-    dynamic = DynamicClient(api_client)
-    crds = list(crds)
-    with progress(f"applying {len(crds)} {what} CRDs") as line:
-        for crd in crds:
-            line.update(crd["metadata"]["name"])
-            _apply(dynamic, crd)
-    ext = client.ApiextensionsV1Api(api_client)
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        try:
-            wait_for(
-                ext.list_custom_resource_definition,
-                _crd_established,
-                what=f"CRD {name} established",
-                timeout=timeout,
-                describe=_describe_crd,
-                field_selector=f"metadata.name={name}",
-            )
-        except WaitTimeout as exc:
-            raise ProvisioningError(
-                f"CRD {name} was not established: {exc.last_seen}", "see kube-apiserver logs"
-            ) from exc
-
-
-def _crd_established(crd: Any) -> bool:
-    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
-
-
-def _describe_crd(crd: Any) -> str:
-    states = [f"{c.type}={c.status}" for c in (crd.status.conditions or [])]
-    return ", ".join(states) or "no conditions yet"
-
-
 def install_local(provider: ImageLoader, api_client: client.ApiClient, spec: OperatorSpec) -> None:
     """Install the operator from an image built on this machine; `wait_ready` waits for it.
 
@@ -536,7 +457,7 @@ def install_local(provider: ImageLoader, api_client: client.ApiClient, spec: Ope
     archive = operator_image(spec.version)
     provider.load_image(archive)
     module = module_dir(spec.version)
-    _ensure_namespace(client.CoreV1Api(api_client), spec.namespace)
+    ensure_namespace(client.CoreV1Api(api_client), spec.namespace)
     apply_crds(api_client, crd_documents(module / "config" / "crd" / "bases"))
     dynamic = DynamicClient(api_client)
     objects = rbac_roles(module / "config" / "rbac", spec)
@@ -544,27 +465,10 @@ def install_local(provider: ImageLoader, api_client: client.ApiClient, spec: Ope
     with progress(f"applying the KubeRay {spec.version} operator to {spec.namespace}") as line:
         for doc in objects:
             line.update(f"{doc['kind']}/{doc['metadata']['name']}")
-            _apply(dynamic, doc)
+            apply_object(dynamic, doc)
 
 
 # --- waiting and reading back ------------------------------------------------------------------
-
-
-def deployment_available(dep: Any) -> bool:
-    status, wanted = dep.status, dep.spec.replicas or 0
-    rolled_out = (status.observed_generation or 0) >= (dep.metadata.generation or 0)
-    available = any(c.type == "Available" and c.status == "True" for c in (status.conditions or []))
-    return (
-        rolled_out
-        and available
-        and (status.updated_replicas or 0) == wanted
-        and (status.available_replicas or 0) >= wanted
-    )
-
-
-def describe_deployment(dep: Any) -> str:
-    status = dep.status
-    return f"{status.ready_replicas or 0}/{dep.spec.replicas} ready, {status.updated_replicas or 0} updated"
 
 
 def _operator_pods(core: client.CoreV1Api, namespace: str, selector: str, image: str = "") -> set[str]:
@@ -645,32 +549,6 @@ def wait_ready(api_client: client.ApiClient, spec: OperatorSpec, timeout: float,
             f"{_pod_problems(core, spec.namespace)})",
             fix,
         ) from exc
-
-
-def wait_rolled_out(api_client: client.ApiClient, namespace: str, name: str, timeout: float) -> None:
-    """Wait until Deployment `name` is available with every pod of its current spec (an add-on
-    the harness installs: Traefik, the local-path provisioner); ProvisioningError if not."""
-    try:
-        wait_for(
-            client.AppsV1Api(api_client).list_namespaced_deployment,
-            _rolled_out,
-            what=f"{name} available",
-            timeout=timeout,
-            describe=describe_deployment,
-            namespace=namespace,
-            field_selector=f"metadata.name={name}",
-        )
-    except WaitTimeout as exc:
-        raise ProvisioningError(
-            f"{name} did not become ready: {exc.last_seen}",
-            f"see the logs of deployment/{name} in namespace {namespace}",
-        ) from exc
-
-
-def _rolled_out(dep: Any) -> bool:
-    # Available alone holds mid-rollout (the old pod still serves): also no pods of the old spec.
-    wanted = dep.spec.replicas or 0
-    return deployment_available(dep) and (dep.status.replicas or 0) == wanted
 
 
 def _now_s() -> float:
@@ -783,7 +661,7 @@ def _delete(call: Any, *args: str, **kwargs: Any) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise ProvisioningError(
-                f"deleting {args[0]} failed: {_api_reason(exc)}", "check the kubeconfig user's RBAC and retry"
+                f"deleting {args[0]} failed: {api_reason(exc)}", "check the kubeconfig user's RBAC and retry"
             ) from exc
 
 
@@ -865,8 +743,6 @@ def _deployment_selector(apps: client.AppsV1Api, ns: str) -> str:
 
 
 # The same applying and waiting serve the other installers (the Gateway API implementation).
-apply_object = _apply
-ensure_namespace = _ensure_namespace
 
 
 def with_version(facts: OperatorFacts, version: str, binary_gates: Mapping[str, bool]) -> OperatorFacts:

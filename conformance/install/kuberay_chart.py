@@ -40,6 +40,7 @@ from conformance.errors import ProvisioningError, UsageError
 from conformance.install import kuberay
 from conformance.install.cli_tools import tool_binary
 from conformance.install.kuberay_source import Checkout
+from conformance.kube import apply
 from conformance.kube.target import KubeTarget
 from conformance.progress import progress
 
@@ -222,9 +223,9 @@ def install_chart(
     values = chart_values(spec, chart_default_values(helm, source), image, image_build)
     render(helm, source, spec.namespace, values)
     clear_other_installs(target, api, spec.namespace, keep=HELM, timeout=timeout)
-    kuberay.ensure_namespace(client.CoreV1Api(api), spec.namespace)
+    apply.ensure_namespace(client.CoreV1Api(api), spec.namespace)
     crds = chart_crds(helm, source)
-    kuberay.apply_crds(api, crds, what=f"chart {source.describe()}")
+    apply.apply_crds(api, crds, what=f"chart {source.describe()}")
     with _values_file(values) as path, progress(f"helm upgrade --install {RELEASE} from {source.describe()}"):
         _run(
             [
@@ -305,15 +306,15 @@ def install_kustomize(
     docs = deploy_docs(kustomize_render(checkout, spec.namespace, image), spec.feature_gates, image_build)
     clear_other_installs(target, api, spec.namespace, keep=KUSTOMIZE, timeout=timeout)
     crds = [doc for doc in docs if doc["kind"] == "CustomResourceDefinition"]
-    kuberay.ensure_namespace(client.CoreV1Api(api), spec.namespace)
-    kuberay.apply_crds(api, crds, what="ray-operator/config/crd")
+    apply.ensure_namespace(client.CoreV1Api(api), spec.namespace)
+    apply.apply_crds(api, crds, what="ray-operator/config/crd")
     dynamic = DynamicClient(api)
     with progress(f"applying ray-operator/config/default to {spec.namespace}") as line:
         for doc in docs:
             if doc["kind"] in ("CustomResourceDefinition", "Namespace"):
                 continue
             line.update(f"{doc['kind']}/{doc['metadata']['name']}")
-            kuberay.apply_object(dynamic, doc)
+            apply.apply_object(dynamic, doc)
     return crds
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from conformance.build import gobuild, image_cache, small_images
 from conformance.errors import ProvisioningError, UsageError
-from conformance.providers.local import gobuild, images
 
 OPERATOR_MODULE = "github.com/ray-project/kuberay/ray-operator"
 CHART = Path("helm-chart") / "kuberay-operator"
@@ -285,6 +285,6 @@ def image_tag(prov: Provenance) -> str:
     return f"{prov.version}-src.{prov.tree_sha256[:12]}"
 
 
-def operator_image(checkout: Checkout, prov: Provenance, cache: Path) -> images.ImageArchive:
+def operator_image(checkout: Checkout, prov: Provenance, cache: Path) -> image_cache.ImageArchive:
     binary = build_operator(checkout, prov, cache)
-    return images.binary_image(cache, IMAGE_NAME, image_tag(prov), binary, ["/manager"])
+    return small_images.binary_image(cache, IMAGE_NAME, image_tag(prov), binary, ["/manager"])

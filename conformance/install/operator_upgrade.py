@@ -21,9 +21,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from conformance.build import gobuild
+from conformance.build.cache import cache_dir
 from conformance.install import kuberay
-from conformance.providers.local import gobuild
-from conformance.providers.local.layout import cache_dir
+from conformance.kube import apply
 
 CONTAINER = kuberay.NAME  # the operator's container in manifests/kuberay/operator.yaml
 
@@ -73,14 +74,14 @@ def switch_to(api: client.ApiClient, target: OperatorVersion, timeout: float) ->
     Returns the seconds from the Deployment change to a pod of `target` holding the lease.
     """
     module = kuberay.module_dir(target.spec.version)
-    kuberay.apply_crds(
+    apply.apply_crds(
         api, kuberay.crd_documents(module / "config" / "crd" / "bases"), what=f"KubeRay {target.spec.version}"
     )
     # Each version's own ClusterRole, as a chart upgrade replaces it: 1.5 still watches Endpoints,
     # which 1.6's role no longer grants.
     dynamic = DynamicClient(api)
     for role in kuberay.rbac_roles(module / "config" / "rbac", target.spec):
-        kuberay.apply_object(dynamic, role)
+        apply.apply_object(dynamic, role)
     started = time.monotonic()
     client.AppsV1Api(api).patch_namespaced_deployment(kuberay.NAME, target.spec.namespace, _patch(target))
     kuberay.wait_ready(api, target.spec, timeout, image=target.image)

@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
 from conformance.install import kuberay
+from conformance.kube import apply
 from conformance.kube.manifests import render_all
 from conformance.kube.pods import is_ready, restarts
 from conformance.kube.wait import wait_for
@@ -75,7 +76,7 @@ def start(api: client.ApiClient, operator: ScopedOperator, timeout: float) -> cl
     """Apply its objects and wait for its pod to be Ready; returns that pod."""
     dynamic = DynamicClient(api)
     for doc in operator.objects(installed_rules(api)):
-        kuberay.apply_object(dynamic, doc)
+        apply.apply_object(dynamic, doc)
     return wait_for(
         client.CoreV1Api(api).list_namespaced_pod,
         is_ready,

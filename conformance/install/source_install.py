@@ -14,11 +14,11 @@ from pathlib import Path
 
 from kubernetes import client
 
+from conformance.build import image_cache
 from conformance.install import kuberay, kuberay_chart, kuberay_source
 from conformance.install.kuberay_chart import ChartSource, Promised
 from conformance.install.kuberay_source import Checkout, Provenance
 from conformance.kube.target import KubeTarget
-from conformance.providers.local import images
 
 
 @dataclass
@@ -30,7 +30,7 @@ class SourceInstall:
     explicit_version: str = ""
     checkout: Checkout | None = None
     provenance: Provenance | None = None
-    image: images.ImageArchive | None = None
+    image: image_cache.ImageArchive | None = None
     binary_gates: dict[str, bool] = field(default_factory=dict)
 
     def check(self) -> None:

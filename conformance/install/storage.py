@@ -18,10 +18,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from conformance.build import gobuild, image_cache, pins, small_images
 from conformance.install import kuberay
+from conformance.kube import apply, rollout
 from conformance.kube.manifests import render_all
 from conformance.progress import progress
-from conformance.providers.local import gobuild, images, pins
 
 NAMESPACE = "kuberay-conformance-storage"
 TEMPLATE = "storage/local-path-provisioner.yaml"
@@ -32,8 +33,8 @@ TOOL = "local-path-provisioner"
 
 @dataclass(frozen=True)
 class StorageImages:
-    provisioner: images.ImageArchive
-    helper: images.ImageArchive  # runs the setup and teardown scripts: a shell and nothing else
+    provisioner: image_cache.ImageArchive
+    helper: image_cache.ImageArchive  # runs the setup and teardown scripts: a shell and nothing else
 
 
 def build_images(cache: Path, kubectl: Path) -> StorageImages:
@@ -41,8 +42,8 @@ def build_images(cache: Path, kubectl: Path) -> StorageImages:
     (the toolbox: Debian's static busybox, and kubectl, which the helper does not use)."""
     tool = pins.TOOLS[TOOL]
     bin_dir = gobuild.ensure_built(tool, cache)
-    provisioner = images.binary_image(cache, TOOL, tool.version, bin_dir / TOOL, [f"/{TOOL}"])
-    return StorageImages(provisioner, images.toolbox_image(cache, kubectl))
+    provisioner = small_images.binary_image(cache, TOOL, tool.version, bin_dir / TOOL, [f"/{TOOL}"])
+    return StorageImages(provisioner, small_images.toolbox_image(cache, kubectl))
 
 
 def render(image: str, helper_image: str, node_path: Path, image_build: str) -> list[dict[str, Any]]:
@@ -52,7 +53,7 @@ def render(image: str, helper_image: str, node_path: Path, image_build: str) -> 
         image=image,
         helper_image=helper_image,
         version=pins.LOCAL_PATH_PROVISIONER,
-        managed_by=kuberay.MANAGED_BY,
+        managed_by=apply.MANAGED_BY,
         node_path=str(node_path),
         class_name=CLASS_NAME,
         provisioner_name=PROVISIONER_NAME,
@@ -71,9 +72,11 @@ def install_local(
     provider.load_image(built.provisioner)
     provider.load_image(built.helper)
     dynamic = DynamicClient(api_client)
-    docs = render(built.provisioner.ref, built.helper.ref, node_path, images.archive_id(built.provisioner))
+    docs = render(
+        built.provisioner.ref, built.helper.ref, node_path, image_cache.archive_id(built.provisioner)
+    )
     with progress(f"applying local-path-provisioner {pins.LOCAL_PATH_PROVISIONER} to {NAMESPACE}") as line:
         for doc in docs:  # the Namespace first: the manifest lists it first
             line.update(f"{doc['kind']}/{doc['metadata']['name']}")
-            kuberay.apply_object(dynamic, doc)
-    kuberay.wait_rolled_out(api_client, NAMESPACE, "local-path-provisioner", timeout)
+            apply.apply_object(dynamic, doc)
+    rollout.wait_rolled_out(api_client, NAMESPACE, "local-path-provisioner", timeout)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
@@ -17,13 +17,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from conformance import interrupts
-from conformance.install.gateway import GROUP as GATEWAY_GROUP
-from conformance.install.gateway import condition_true, describe_conditions
+from conformance.kube.gateway import GROUP as GATEWAY_GROUP
+from conformance.kube.gateway import condition_true, describe_conditions
 from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
 from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
 from conformance.kube.wait import wait_for, wait_gone
-from conformance.load.traffic import Sample
 from conformance.stopwatch import READY, spent
 
 APP_NAME = "echo"  # the Serve application in manifests/ray/rayservice.yaml
@@ -305,6 +304,20 @@ def wait_sole_catch_all(api: client.ApiClient, namespace: str, timeout: float) -
 
 
 # --- sampling an upgrade -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the RayService status and its HTTPRoute said at one moment (checked in load/traffic.py)."""
+
+    at: float  # epoch seconds
+    active: str
+    pending: str
+    percent: dict[str, int]  # cluster -> trafficRoutedPercent (status)
+    capacity: dict[str, int]  # cluster -> targetCapacity (status)
+    migrated_at: dict[str, str]  # cluster -> lastTrafficMigratedTime (RFC 3339, whole seconds)
+    conditions: dict[str, str]  # condition type -> status
+    weights: dict[str, int] = field(default_factory=dict)  # cluster -> HTTPRoute backend weight
 
 
 def sample_of(svc: dict[str, Any], route: dict[str, Any] | None, at: float) -> Sample:

@@ -20,12 +20,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from conformance import interrupts
 from conformance.kube.ray import Ray
 from conformance.kube.sampling import LOST_SAMPLE, assert_complete, crashed, history_problems, own_client
-from conformance.report.timelines import AutoscalingRecording
 
 DASHBOARD_PORT = 8265
 SAMPLE_EVERY_S = 2.0
@@ -61,11 +60,22 @@ class Sample:
         return counts.get(phase, 0) if phase else sum(counts.values())
 
 
+class ReplicaRecording(Protocol):
+    """Where a watcher records what it saw: the report's autoscaling timeline
+    (conformance/report/timelines.py, `AutoscalingRecording`) is one."""
+
+    def event(self, label: str, t: float | None = None) -> None: ...
+
+    def replicas(
+        self, group: str, count: int, desired: int | None = None, t: float | None = None
+    ) -> None: ...
+
+
 @dataclass
 class ScaleWatcher:
     ray: Ray
     cluster: str
-    recording: AutoscalingRecording | None = None
+    recording: ReplicaRecording | None = None
     every_s: float = SAMPLE_EVERY_S
     serve_deployment: tuple[str, str] | None = None  # (application, deployment) to count replicas of
     samples: list[Sample] = field(default_factory=list)

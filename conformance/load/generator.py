@@ -303,8 +303,8 @@ def running(generator: LoadGenerator, timeout: float, check: bool = True) -> Ite
 
 def deliver(profile: Profile, ray_version: str) -> Delivery:
     """vegeta built (or found in the cache) for the pod of the profile's Ray image at `ray_version`."""
-    from conformance.providers.local import gobuild, pins  # noqa: PLC0415 - the build floor
-    from conformance.providers.local.layout import cache_dir  # noqa: PLC0415
+    from conformance.build import gobuild, pins  # noqa: PLC0415 - the build floor
+    from conformance.build.cache import cache_dir  # noqa: PLC0415
 
     tool = pins.TOOLS["vegeta"]
     if shutil.which("go") is None and not gobuild.is_built(tool, cache_dir()):

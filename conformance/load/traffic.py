@@ -1,8 +1,8 @@
 """How traffic moved during a RayService upgrade: checks over status samples and request records,
 and the per-second timeline a report draws. Pure: samples and records in, findings out.
 
-A `Sample` is what the RayService status and its HTTPRoute said at one moment (the sampler in
-conformance/kube/rayservice.py takes one whenever something changed). Clusters are named, not
+A `Sample` (conformance/kube/rayservice.py) is what the RayService status and its HTTPRoute said
+at one moment (the sampler there takes one whenever something changed). Clusters are named, not
 given roles, because the pending cluster becomes the active one at promotion.
 """
 
@@ -16,21 +16,10 @@ from itertools import pairwise
 from pathlib import Path
 
 from conformance.errors import HarnessError
+from conformance.kube.rayservice import Sample
 
 from . import analysis
 from .records import Record
-
-
-@dataclass(frozen=True)
-class Sample:
-    at: float  # epoch seconds
-    active: str
-    pending: str
-    percent: dict[str, int]  # cluster -> trafficRoutedPercent (status)
-    capacity: dict[str, int]  # cluster -> targetCapacity (status)
-    migrated_at: dict[str, str]  # cluster -> lastTrafficMigratedTime (RFC 3339, whole seconds)
-    conditions: dict[str, str]  # condition type -> status
-    weights: dict[str, int] = field(default_factory=dict)  # cluster -> HTTPRoute backend weight
 
 
 @dataclass

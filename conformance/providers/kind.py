@@ -29,12 +29,12 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.nodes import advertise_simulated_gpus
 from conformance.kube.target import KubeTarget, api_client
 from conformance.progress import Progress, progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
-from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import env_count, slug
 
 DEFAULT_WORKERS = 1

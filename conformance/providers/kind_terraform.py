@@ -9,7 +9,7 @@ SIMULATED_GPUS simulated `nvidia.com/gpu` each, so the GPU checks run every nigh
 
 Every image is pulled; the load generator is vegeta built from the Go module proxy and copied into
 a pod of the profile's Ray image (load/generator.py). `load_image` loads an image archive packed
-without buildah or root (images.py, packer "tar") into every node with `kind load image-archive`.
+without buildah or root (build/image_pack.py, packer "tar") into every node with `kind load image-archive`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes import client
 
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.nodes import advertise_simulated_gpus
 from conformance.kube.target import api_client
@@ -35,7 +36,6 @@ from conformance.providers.kind import (
     SIMULATED_GPUS,
     KindProvider,
 )
-from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import RunWorkspace, TerraformProvider, slug
 
 

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance import interrupts, resources
+from conformance.build.pins import GoTool
 from conformance.errors import ProvisioningError, UsageError
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
-from conformance.providers.local.pins import GoTool
 from conformance.report.summary import new_run_id
 
 # Checked against the Go module proxy on 2026-11-29: opentofu v1.12.6 and actionlint v1.7.12 are

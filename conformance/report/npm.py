@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.build.cache import cache_dir
 from conformance.errors import HarnessError
-from conformance.providers.local.layout import cache_dir
 
 INSTALL_TIMEOUT_S = 600
 COMPLETE = ".complete"

@@ -26,11 +26,11 @@ import yaml
 from kubernetes import client, config
 from workflow_rehearsal import Contexts, Job, StepResult, run_job, user_env
 
+from conformance.build import gobuild, pins, ray_images
 from conformance.install import gateway, kuberay, kuberay_chart
 from conformance.kube.target import KubeTarget
 from conformance.profiles import load
 from conformance.providers.base import Cluster
-from conformance.providers.local import gobuild, images, pins
 from conformance.providers.local.provider import LocalProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ def cluster_ready(local_provider: LocalProvider, local_cluster: Cluster) -> clie
     kuberay.wait_ready(api, spec, 300)
     gateway.install_local(local_provider, api, GATEWAY_CLASS, timeout=300)
     # The Ray image in the node, as a cluster of one's own has it (the rehearsal's profile names it).
-    local_provider.load_image(images.ray_image(local_provider.cache, profile.ray_versions[0]))
+    local_provider.load_image(ray_images.ray_image(local_provider.cache, profile.ray_versions[0]))
     return api
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from conformance.build import gobuild, pins
 from conformance.install import gateway
 from conformance.kube.manifests import render_all
 from conformance.kube.pods import is_ready
@@ -23,7 +24,6 @@ from conformance.kube.wait import wait_for
 from conformance.load import analysis
 from conformance.load.analysis import LoadShortfall
 from conformance.load.generator import Delivery, LoadGenerator, LoadSpec, Target
-from conformance.providers.local import gobuild, pins
 from conformance.providers.local.provider import LocalProvider
 
 CLASS = "traefik"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from conformance.build import gobuild, pins
 from conformance.errors import ProvisioningError
-from conformance.providers.local import gobuild, pins, preflight
+from conformance.providers.local import preflight
 
 
 def test_a_pin_the_proxy_does_not_serve_is_named_with_the_fix(tmp_path: Path) -> None:

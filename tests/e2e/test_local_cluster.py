@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from conformance.build import pins
 from conformance.kube.pods import is_ready
 from conformance.kube.wait import wait_for, wait_gone
 from conformance.providers.base import Cluster
-from conformance.providers.local import components, pins
+from conformance.providers.local import components
 from conformance.providers.local.cleanup import POD_CGROUP_ROOT, mounts_below
 from conformance.providers.local.journal import read_sysctl
 from conformance.providers.local.provider import CGROUP_NAME, LocalProvider

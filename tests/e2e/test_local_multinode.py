@@ -16,10 +16,11 @@ import pytest
 from kubernetes import client, config
 
 from conformance import cluster_lock
+from conformance.build import small_images
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE
 from conformance.kube.nodes import is_node_ready
 from conformance.kube.wait import wait_for
-from conformance.providers.local import images, nodes
+from conformance.providers.local import nodes
 from conformance.providers.local.cleanup import POD_CGROUP_ROOT, mounts_below
 from conformance.providers.local.provider import CGROUP_NAME, LocalProvider, LocalSettings
 from conformance.report.summary import now
@@ -46,7 +47,7 @@ def core(multinode: LocalProvider) -> client.CoreV1Api:
 
 @pytest.fixture(scope="module")
 def toolbox(multinode: LocalProvider) -> str:
-    archive = images.toolbox_image(multinode.cache, multinode.ensure_binaries().kubernetes / "kubectl")
+    archive = small_images.toolbox_image(multinode.cache, multinode.ensure_binaries().kubernetes / "kubectl")
     multinode.load_image(archive)  # into every node's containerd
     return archive.ref
 

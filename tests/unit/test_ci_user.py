@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from conformance.build import cache
 from conformance.errors import ProvisioningError
 from conformance.install import cli_tools
-from conformance.providers.local import layout
 
 
 @pytest.fixture
@@ -22,36 +22,36 @@ def as_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_a_user_caches_under_home_not_var_cache(as_user: Path) -> None:
-    assert layout.cache_dir() == as_user / ".cache" / "kuberay-conformance"
+    assert cache.cache_dir() == as_user / ".cache" / "kuberay-conformance"
 
 
 def test_a_user_caches_under_xdg_cache_home(as_user: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(as_user / "xdg"))
-    assert layout.cache_dir() == as_user / "xdg" / "kuberay-conformance"
+    assert cache.cache_dir() == as_user / "xdg" / "kuberay-conformance"
 
 
 def test_a_relative_xdg_cache_home_is_ignored(as_user: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
-    assert layout.cache_dir() == as_user / ".cache" / "kuberay-conformance"
+    assert cache.cache_dir() == as_user / ".cache" / "kuberay-conformance"
 
 
 def test_krc_cache_dir_wins_for_anyone(as_user: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KRC_CACHE_DIR", "/srv/krc")
-    assert layout.cache_dir() == Path("/srv/krc")
+    assert cache.cache_dir() == Path("/srv/krc")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert layout.cache_dir() == Path("/srv/krc")
+    assert cache.cache_dir() == Path("/srv/krc")
 
 
 def test_root_shares_the_machine_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.delenv("KRC_CACHE_DIR", raising=False)
-    assert layout.cache_dir() == Path("/var/cache/kuberay-conformance")
+    assert cache.cache_dir() == Path("/var/cache/kuberay-conformance")
 
 
 def test_the_kind_provider_uses_the_same_cache(as_user: Path) -> None:
     from conformance.providers.kind import KindProvider  # noqa: PLC0415
 
-    assert KindProvider(run_id="r1").cache == layout.cache_dir()
+    assert KindProvider(run_id="r1").cache == cache.cache_dir()
 
 
 @pytest.mark.parametrize(

@@ -20,13 +20,13 @@ import yaml
 from kubernetes import client
 
 from conformance import profiles
+from conformance.build import pins
 from conformance.environment import Environment, RunOptions
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import gateway, gateway_charts
-from conformance.install import kuberay as kuberay_install
+from conformance.kube import apply as kube_apply
 from conformance.kube.rayservice import address
 from conformance.kube.target import KubeTarget
-from conformance.providers.local import pins
 
 # A context that is not the kubeconfig's current one: every helm call must name it.
 TARGET = KubeTarget(Path("/tmp/krc-test-kubeconfig"), "krc-test-context")
@@ -195,11 +195,9 @@ def kube_steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         gateway, "crd_documents", lambda: [{"metadata": {"name": "gateways.gateway.networking.k8s.io"}}]
     )
     monkeypatch.setattr(
-        kuberay_install, "apply_crds", lambda api, crds, what="": steps.append(f"crds {what} {len(crds)}")
+        kube_apply, "apply_crds", lambda api, crds, what="": steps.append(f"crds {what} {len(crds)}")
     )
-    monkeypatch.setattr(
-        kuberay_install, "apply_object", lambda dynamic, doc: steps.append(f"apply {doc['kind']}")
-    )
+    monkeypatch.setattr(kube_apply, "apply_object", lambda dynamic, doc: steps.append(f"apply {doc['kind']}"))
     monkeypatch.setattr(gateway_charts, "DynamicClient", lambda api: None)
     monkeypatch.setattr(
         gateway_charts, "_create_class", lambda custom, doc: steps.append("create class") or True

@@ -6,15 +6,16 @@ import pytest
 import yaml
 
 from conformance import profiles
-from conformance.errors import UsageError
-from conformance.install.gateway import TRAEFIK_CONTROLLER, condition_true, render_traefik
-from conformance.providers.local import pins
-from conformance.providers.local.gobuild import (
+from conformance.build import pins
+from conformance.build.gobuild import (
     build_module,
     carried_excludes,
     recipe_key,
     write_local_modules,
 )
+from conformance.errors import UsageError
+from conformance.install.gateway import TRAEFIK_CONTROLLER, render_traefik
+from conformance.kube.gateway import condition_true
 
 TRAEFIK_LIKE_GOMOD = """module github.com/traefik/traefik/v3
 

@@ -1,5 +1,5 @@
-from conformance.providers.local import pins
-from conformance.providers.local.gobuild import build_module, carried_replaces, older_candidates
+from conformance.build import pins
+from conformance.build.gobuild import build_module, carried_replaces, older_candidates
 
 KUBERNETES_GOMOD = """module k8s.io/kubernetes
 
@@ -85,8 +85,8 @@ def test_a_second_builder_waits_for_the_first_and_uses_its_result(tmp_path, monk
     into one partial directory: the second waits on the entry's lock, then finds it built."""
     import threading  # noqa: PLC0415
 
-    from conformance.providers.local import gobuild  # noqa: PLC0415
-    from conformance.providers.local.layout import cache_entry_lock  # noqa: PLC0415
+    from conformance.build import gobuild  # noqa: PLC0415
+    from conformance.build.cache import cache_entry_lock  # noqa: PLC0415
 
     tool = pins.GoTool(
         name="demo", module="example.com/demo", version="v1.0.0", packages=("example.com/demo/cmd/demo",),

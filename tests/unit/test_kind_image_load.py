@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import standins as standin_tools
 
+from conformance.build import image_cache, image_pack
 from conformance.errors import ProvisioningError
 from conformance.providers.kind import KindProvider, cluster_name
-from conformance.providers.local import images
 
 STANDIN_KIND = f"""#!{sys.executable}
 import json, os, sys
@@ -37,7 +37,7 @@ def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_kind_loads_an_archive_into_the_runs_cluster(standins: Path, tmp_path: Path) -> None:
     provider = KindProvider(run_id="20261129T100000Z-ab12")
-    archive = images.ImageArchive("localhost/kuberay-conformance/vegeta:v12", tmp_path / "image.tar")
+    archive = image_cache.ImageArchive("localhost/kuberay-conformance/vegeta:v12", tmp_path / "image.tar")
     provider.load_image(archive)
     (call,) = standin_tools.calls(standins)
     assert call["args"] == ["load", "image-archive", str(archive.path), "--name", "krc-20261129t100000z-ab12"]
@@ -49,7 +49,7 @@ def test_a_failed_kind_load_is_an_environment_error(
     standins: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STANDIN_FAIL", "load")
-    archive = images.ImageArchive("localhost/x:1", tmp_path / "image.tar")
+    archive = image_cache.ImageArchive("localhost/x:1", tmp_path / "image.tar")
     with pytest.raises(ProvisioningError, match="simulated load failure"):
         KindProvider(run_id="r1").load_image(archive)
 
@@ -60,10 +60,10 @@ def test_the_tar_packer_writes_a_docker_archive_any_user_can_make(tmp_path: Path
     (rootfs / "home/nonroot").mkdir(parents=True)
     (rootfs / "bin/busybox").write_bytes(b"\x7fELF")
     (rootfs / "bin/sh").symlink_to("busybox")
-    config = images.ImageConfig(entrypoint=("/bin/sh",), env=("PATH=/bin",), user="65532:65532")
+    config = image_cache.ImageConfig(entrypoint=("/bin/sh",), env=("PATH=/bin",), user="65532:65532")
     out = [tmp_path / "a.tar", tmp_path / "b.tar"]
     for path in out:
-        images.pack_rootfs_tar(
+        image_pack.pack_rootfs_tar(
             rootfs, "localhost/kuberay-conformance/vegeta:v1", config, path, {"home/nonroot": (65532, 65532)}
         )
     assert out[0].read_bytes() == out[1].read_bytes()  # the same rootfs, the same archive

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from conformance.build import image_cache, image_pack, pins
 from conformance.build import kind_node_image as k
 from conformance.errors import ProvisioningError, UsageError
-from conformance.providers.local import images, pins
 
 CNI_GO = """package nodeimage
 
@@ -92,7 +92,9 @@ def _single_image(tmp_path: Path, name: str, content: bytes) -> Path:
     rootfs.mkdir()
     (rootfs / name).write_bytes(content)
     out = tmp_path / f"{name}.tar"
-    images.pack_rootfs_tar(rootfs, f"localhost/t/{name}:1", images.ImageConfig(entrypoint=(f"/{name}",)), out)
+    image_pack.pack_rootfs_tar(
+        rootfs, f"localhost/t/{name}:1", image_cache.ImageConfig(entrypoint=(f"/{name}",)), out
+    )
     return out
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conformance.build import gobuild
 from conformance.errors import UsageError
 from conformance.install import kuberay, kuberay_chart, kuberay_source
 from conformance.install.kuberay import OperatorSpec
-from conformance.providers.local import gobuild
 
 # A features.go of the shape KubeRay's has (written for this test, not copied).
 FEATURES_GO = """package features

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
+from conformance.build import gobuild, pins
 from conformance.install import storage
 from conformance.kube.manifests import render_all
-from conformance.providers.local import gobuild, pins
 from conformance.providers.local.layout import StateLayout
 
 

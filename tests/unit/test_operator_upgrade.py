@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from conformance.build.gobuild import previous_minor_candidates
 from conformance.install import kuberay, operator_upgrade
 from conformance.install.kuberay import OperatorSpec
-from conformance.providers.local.gobuild import previous_minor_candidates
 
 
 def test_previous_minor_candidates_are_that_minor_newest_first() -> None:

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from conformance import profiles
+from conformance.build import gobuild
+from conformance.build.cache import cache_dir
 from conformance.providers.eks import SUPPORTED_REGIONS
-from conformance.providers.local import gobuild
-from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import ACTIONLINT_TOOL
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / ".github" / "workflows"

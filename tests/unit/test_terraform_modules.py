@@ -18,10 +18,10 @@ import pytest
 import yaml
 from hcl2 import SerializationOptions
 
+from conformance.build import gobuild
+from conformance.build.cache import cache_dir
 from conformance.providers.eks import SUPPORTED_REGIONS
 from conformance.providers.kind_terraform import GPU_NODE_SELECTOR as KIND_GPU_SELECTOR
-from conformance.providers.local import gobuild
-from conformance.providers.local.layout import cache_dir
 from conformance.providers.terraform import TOFU_TOOL
 
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "terraform"
@@ -62,7 +62,7 @@ def eks() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def tofu() -> Path:
-    """OpenTofu from its Go module, built on first use and cached (conformance/providers/local/gobuild.py)."""
+    """OpenTofu from its Go module, built on first use and cached (conformance/build/gobuild.py)."""
     return gobuild.ensure_built(TOFU_TOOL, cache_dir()) / "tofu"
 
 

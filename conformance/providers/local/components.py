@@ -16,9 +16,11 @@ from pathlib import Path
 
 import yaml
 
+from conformance.build.image_cache import image_ref
+from conformance.build.small_images import PAUSE_VERSION
+
 from .cgroup_layout import CgroupMode
 from .cleanup import POD_CGROUP_ROOT
-from .images import PAUSE_VERSION, image_ref
 from .layout import Network, StateLayout
 from .nodes import WorkerNode
 

@@ -1,54 +1,17 @@
-"""Where the local provider keeps its cache and its cluster state, and the cluster's addresses.
+"""Where the local provider keeps its cluster state, and the cluster's addresses.
 
-The cache (built binaries and images) outlives clusters and is keyed by version. The
-state directory belongs to one cluster: `down` unmounts everything below it and removes it.
+The state directory belongs to one cluster: `down` unmounts everything below it and removes it.
+The build cache, which outlives clusters and serves every provider, is conformance/build/cache.py.
 """
 
 from __future__ import annotations
 
-import fcntl
 import ipaddress
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-SYSTEM_CACHE_DIR = Path("/var/cache/kuberay-conformance")
 DEFAULT_STATE_DIR = Path("/var/lib/kuberay-conformance/local")
-CACHE_NAME = "kuberay-conformance"
-
-
-def cache_dir() -> Path:
-    """Where builds (Go tools, images, npm packages) are kept, keyed by version.
-
-    KRC_CACHE_DIR wins. Otherwise root (the local provider, which needs root anyway) shares the
-    machine-wide /var/cache; any other user (a CI runner, a laptop) gets its own cache directory,
-    as the XDG base directory spec puts it, because /var/cache is not theirs to write."""
-    if override := os.environ.get("KRC_CACHE_DIR"):
-        return Path(override)
-    if os.geteuid() == 0:
-        return SYSTEM_CACHE_DIR
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    # The spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / CACHE_NAME
-
-
-@contextmanager
-def cache_entry_lock(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on one cache entry while it is built.
-
-    Runs, test sessions and parallel workers on one machine share the cache: without it two
-    builders of one entry would build into the same partial directory and remove each other's work.
-    """
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from kubernetes import client, dynamic, watch
 from kubernetes.client.exceptions import ApiException
 
 from conformance import interrupts, node_pressure
+from conformance.build import gobuild, image_cache, pins, small_images
+from conformance.build.cache import cache_dir
 from conformance.errors import ProvisioningError, UsageError
 from conformance.install import storage
 from conformance.kube.nodes import advertise_simulated_gpus, is_node_ready
@@ -37,7 +39,7 @@ from conformance.kube.target import KubeTarget, api_client
 from conformance.progress import progress
 from conformance.providers.base import Cluster, ComponentStatus, ProviderStatus
 
-from . import components, gobuild, images, network, nodes, pins, preflight
+from . import components, image_import, network, nodes, preflight
 from .cgroup_layout import host_layout
 from .cleanup import (
     ensure_pod_cgroup_root,
@@ -47,7 +49,7 @@ from .cleanup import (
     unmount_below,
 )
 from .journal import Change, HostJournal, read_sysctl
-from .layout import Network, StateLayout, cache_dir
+from .layout import Network, StateLayout
 from .pki import CertificateAuthority, ClientIdentity, ensure_service_account_key, write_kubeconfig
 from .supervisor import Supervisor
 
@@ -135,7 +137,7 @@ class LocalProvider:
         network.check_ranges_free(self.net)
         self._check_topology()
         bins = self.ensure_binaries()
-        pause = images.pause_image(self.cache)
+        pause = small_images.pause_image(self.cache)
         # Built before anything starts, like the binaries: a cold build takes minutes.
         storage_images = storage.build_images(self.cache, bins.kubernetes / "kubectl")
         existed = self.state.root.exists() and bool(self.supervisor.records())
@@ -204,11 +206,11 @@ class LocalProvider:
 
     # -- images --------------------------------------------------------------------------
 
-    def load_image(self, archive: images.ImageArchive) -> None:
+    def load_image(self, archive: image_cache.ImageArchive) -> None:
         """Make an image built on this machine available to every node (nothing is ever pulled)."""
         ctr = self._cached_binaries().containerd / "ctr"
         for socket_path in self._containerd_sockets():
-            images.import_image(archive, ctr, socket_path)
+            image_import.import_image(archive, ctr, socket_path)
 
     # -- building ------------------------------------------------------------------------
 
@@ -223,7 +225,10 @@ class LocalProvider:
     # -- bring-up ------------------------------------------------------------------------
 
     def _bring_up(
-        self, bins: components.Binaries, pause: images.ImageArchive, storage_images: storage.StorageImages
+        self,
+        bins: components.Binaries,
+        pause: image_cache.ImageArchive,
+        storage_images: storage.StorageImages,
     ) -> None:
         for directory in (self.state.root, self.state.logs, self.state.pids):
             directory.mkdir(parents=True, exist_ok=True)
@@ -243,7 +248,7 @@ class LocalProvider:
             if component.name == "kube-apiserver":
                 self._apply_bootstrap_objects()
             if component.name.split("@")[0] == "containerd" and component.health_socket:
-                images.import_image(pause, bins.containerd / "ctr", component.health_socket)
+                image_import.import_image(pause, bins.containerd / "ctr", component.health_socket)
         self._wait_node_ready()
         self._advertise_simulated_gpus()
         self._offer_default_storage_class(storage_images)

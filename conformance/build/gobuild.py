@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from conformance.build.pins import GoTool
 from conformance.errors import ProvisioningError
 from conformance.progress import progress
 
-from .layout import cache_entry_lock
-from .pins import GoTool
+from .cache import cache_entry_lock
 
 RECIPE_REVISION = "1"  # bump when the way we build changes, to invalidate every cached tool
 
@@ -74,7 +74,7 @@ def upstream_gomod(tool: GoTool, env: dict[str, str], workdir: Path) -> str:
         proxy = env.get("GOPROXY") or "the default GOPROXY"
         raise ProvisioningError(
             f"the Go module proxy ({proxy}) does not serve {tool.module}@{tool.version}",
-            "check GOPROXY/network access, or change the pin in conformance/providers/local/pins.py"
+            "check GOPROXY/network access, or change the pin in conformance/build/pins.py"
             f" (go said: {_last_line(exc.output)})",
         ) from exc
     info = json.loads(out[out.index("{") :])
@@ -102,7 +102,7 @@ def module_dir(module: str, version: str) -> Path:
         raise ProvisioningError(
             f"the Go module proxy does not serve {module}@{version} ({said})",
             f"pin a version whose zip it serves (`go mod download -json {module}@vX.Y.Z`"
-            " prints a Dir) in conformance/providers/local/pins.py, or set GOPROXY to a proxy that has it",
+            " prints a Dir) in conformance/build/pins.py, or set GOPROXY to a proxy that has it",
         )
     return Path(info["Dir"])
 
@@ -339,7 +339,7 @@ def resolve(tool: GoTool, cache_dir: Path) -> GoTool:
             return replace(tool, version=candidate)
     raise ProvisioningError(
         f"the Go module proxy serves no source of {tool.module} at {tool.version} or any older release",
-        "check GOPROXY, or change the pin in conformance/providers/local/pins.py",
+        "check GOPROXY, or change the pin in conformance/build/pins.py",
     )
 
 
