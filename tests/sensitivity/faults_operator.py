@@ -8,6 +8,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from conformance.install import kuberay
+from conformance.kube.rollout import wait_rolled_out
 
 from .behind_the_back import RAY_GROUP, drop_rbac, set_last_schedule_time
 from .faults import Fault
@@ -100,7 +101,33 @@ def operator_deployment_edited(rogue: Rogue) -> None:
     rogue.acted(f"set {FLIPPED_GATE}=false and --enable-leader-election=false on {deployment.metadata.name}")
 
 
+@before_checks
+def operator_without_metrics_flag(rogue: Rogue) -> None:
+    """The chart's `--enable-metrics=true` lost on the way to the operator (a template that drops
+    it, a hand edit): the binary's default is off, so the operator serves only controller-runtime's
+    own metrics, none of KubeRay's. The checks start once the edited pod alone runs."""
+    apps = rogue.apps()
+    namespace = rogue.operator_namespace
+    (deployment,) = apps.list_namespaced_deployment(namespace, label_selector=OPERATOR_SELECTOR).items
+    container = deployment.spec.template.spec.containers[0]
+    args = [arg for arg in container.args or [] if not arg.startswith("--enable-metrics")]
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": container.name, "args": args}]}}}}
+    apps.patch_namespaced_deployment(deployment.metadata.name, namespace, patch)
+    wait_rolled_out(rogue.api, namespace, deployment.metadata.name, timeout=300)
+    rogue.acted(f"dropped --enable-metrics from {deployment.metadata.name}: {args}")
+
+
 FAULTS = [
+    Fault(
+        name="operator-serves-no-kuberay-metrics",
+        area="operator",
+        misbehaviour="the operator runs without the --enable-metrics=true its chart passes, so it serves "
+        "none of KubeRay's control-plane metrics",
+        rogue=operator_without_metrics_flag,
+        catches=(OPERATOR + "test_operator_serves_its_control_plane_metrics_for_a_raycluster",),
+        bystanders=(OPERATOR + "test_feature_gates_match_the_chart_defaults",),
+        evidence="KubeRay metrics served: none",
+    ),
     Fault(
         name="crds-unserved-or-missing",
         area="operator",
