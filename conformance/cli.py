@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 import pytest
 
-from conformance import capacity, cluster_lock, interrupts, parallel, profiles, selection, suite_session
+from conformance import capacity, cluster_lock, interrupts, options, parallel, profiles, suite_session
 from conformance.environment import Environment, RunOptions, check_run_dir
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.kube.target import api_client
-from conformance.providers import PROVIDERS, get_provider
+from conformance.providers import get_provider
 from conformance.providers.base import NodeFaults
 from conformance.report import summary
-from conformance.report.summary import AREAS, new_run_id, now
+from conformance.report.summary import new_run_id, now
 from conformance.timeouts import Timeouts
 
 if TYPE_CHECKING:
@@ -78,15 +78,9 @@ def _write_traceback(exc: BaseException) -> str:
     return name
 
 
-provider_option = click.option(
-    "--provider",
-    type=click.Choice(PROVIDERS),
-    default="local",
-    show_default=True,
-    help="Which provider makes or reaches the cluster.",
-)
-kubeconfig_option = click.option("--kubeconfig", default=None, help="Kubeconfig (provider `existing`).")
-context_option = click.option("--context", default=None, help="Kubeconfig context (provider `existing`).")
+provider_option = options.cli("provider")
+kubeconfig_option = options.cli("kubeconfig")
+context_option = options.cli("context")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -241,33 +235,9 @@ class WorkerCount(click.ParamType):
         self.fail(f"{text!r} is neither auto nor a whole number of at least 1", param, ctx)
 
 
-class ShardSpec(click.ParamType):
-    """K/N: shard K of N, 1 <= K <= N (selection.py)."""
-
-    name = "K/N"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        try:
-            return str(selection.parse_shard(str(value)))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
 # Declared once for `run` and `list`, so both select the same checks from the same words.
-tier_option = click.option(
-    "--tier",
-    type=click.Choice(selection.TIERS),
-    default=selection.DEFAULT_TIER,
-    show_default=True,
-    help="full: every check; smoke: a few per area, the checks marked smoke (minutes, not hours).",
-)
-shard_option = click.option(
-    "--shard",
-    type=ShardSpec(),
-    default=None,
-    help="Only shard K of N of the selected checks (after --area, -k, --tier), balanced by recorded "
-    "durations; N runs of K=1..N make every check once (`report merge` joins their reports).",
-)
+tier_option = options.cli("tier")
+shard_option = options.cli("shard")
 
 
 def _worker_count(requested: str, environment: Environment, api: object | None) -> int | None:
@@ -291,46 +261,20 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
 
 @main.command("run")
 @provider_option
-@click.option(
-    "--profile", default="default", show_default=True, help="Profile name or path to a profile YAML."
-)
+@options.cli("profile")
 @kubeconfig_option
 @context_option
-@click.option(
-    "--ray-version", "ray_versions", multiple=True, help="Ray version(s) to test (default: the profile's)."
-)
-@click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Run only these areas.")
+@options.cli("ray_versions")
+@options.cli("areas")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
 @tier_option
 @shard_option
-@click.option(
-    "--timeout",
-    "timeout_overrides",
-    multiple=True,
-    metavar="KIND=SECONDS",
-    help="Override a timeout kind: apply, ready, scale, cleanup, upgrade, check (the hard cap per check).",
-)
-@click.option("--keep-failed", is_flag=True, help="Keep the namespaces of failed checks for inspection.")
-@click.option("--keep-cluster", is_flag=True, help="Leave the cluster running after the run.")
-@click.option(
-    "--run-dir",
-    default=None,
-    help="Where results go (default: reports/<run-id>); its name is the run id, which labels the "
-    "run's namespaces (at most 63 letters, digits, '-', '_', '.').",
-)
-@click.option(
-    "--kuberay-source",
-    default=None,
-    metavar="DIR",
-    help="Test KubeRay built from this checkout of ray-project/kuberay (any tag, branch or commit; "
-    ".git optional), installed with its own helm-chart/kuberay-operator, or with kustomize from "
-    "ray-operator/config/default where it has no chart. Local provider.",
-)
-@click.option(
-    "--kuberay-version",
-    default=None,
-    help="The version of the --kuberay-source checkout, where its files do not say it (vX.Y.Z).",
-)
+@options.cli("timeout_overrides")
+@options.cli("keep_failed")
+@options.cli("keep_cluster")
+@options.cli("run_dir")
+@options.cli("kuberay_source")
+@options.cli("kuberay_version")
 @click.option(
     "--workers",
     type=WorkerCount(),
@@ -339,11 +283,7 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
     help="Checks run at once (pytest-xdist workers). auto: one per core of the cluster's nodes, within "
     "their free memory for a head and two workers each, at least 1. Exclusive checks always run alone.",
 )
-@click.option(
-    "--wait-for-lock",
-    is_flag=True,
-    help="If another run holds the cluster, wait for it to end instead of refusing (exit 2).",
-)
+@options.cli("wait_for_lock")
 def run_command(
     provider: str,
     profile: str,
@@ -456,19 +396,15 @@ def run_command(
 
 
 @main.command("list")
-@click.option(
-    "--profile", default="default", show_default=True, help="Profile name or path (its Ray versions)."
-)
-@click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Only these areas.")
-@click.option("--ray-version", "ray_versions", multiple=True, help="Ray version(s) (default: the profile's).")
+@options.cli("profile", help="Profile name or path (its Ray versions).")
+@options.cli("areas", help="Only these areas.")
+@options.cli("ray_versions", help="Ray version(s) (default: the profile's).")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
 @tier_option
 @shard_option
 @click.option("--catches", is_flag=True, help="Also print, under each check, the misbehaviour it catches.")
-@click.option(
-    "--kuberay-source",
-    default=None,
-    metavar="DIR",
+@options.cli(
+    "kuberay_source",
     help="A KubeRay checkout: the samples area lists its samples (default: the profile's version's).",
 )
 def list_command(

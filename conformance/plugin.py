@@ -18,6 +18,7 @@ the workers' reports carry; a worker attaches, runs checks under the run's exclu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from conformance import (
     footprint,
     interrupts,
     node_pressure,
+    options,
     parallel,
     profiles,
     progress,
@@ -47,14 +49,14 @@ from conformance import (
     stopwatch,
 )
 from conformance.capabilities import Capabilities
-from conformance.environment import Environment, RunOptions, check_run_dir
-from conformance.errors import EXIT_ENVIRONMENT, HarnessError, UsageError
+from conformance.environment import Environment
+from conformance.errors import EXIT_ENVIRONMENT, HarnessError
 from conformance.kube import diagnostics, namespaces
 from conformance.load import generator as load_generator
 from conformance.report import build as report_build
 from conformance.report import secrets, timelines
 from conformance.report import terminal as report_terminal
-from conformance.report.summary import AREAS, HARNESS, Summary, TestResult, new_run_id, now
+from conformance.report.summary import AREAS, HARNESS, Summary, TestResult, now
 from conformance.timeouts import Timeouts
 
 NOT_APPLICABLE = "not applicable: "
@@ -67,50 +69,7 @@ SELECTION_FILE = "selection.json"  # in TURNS: what the workers selected, which 
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kuberay-conformance")
-    group.addoption("--conformance-provider", default=None, help="run conformance checks on this provider")
-    group.addoption("--conformance-profile", default="default", help="profile name or YAML path")
-    group.addoption("--conformance-kubeconfig", default=None, help="kubeconfig (provider existing)")
-    group.addoption("--conformance-context", default=None, help="kubeconfig context (provider existing)")
-    group.addoption("--conformance-ray-version", action="append", default=[], help="Ray version(s) to test")
-    group.addoption("--conformance-run-dir", default=None, help="where results go (default reports/<run-id>)")
-    group.addoption("--conformance-keep-failed", action="store_true", help="keep namespaces of failed checks")
-    group.addoption("--conformance-keep-cluster", action="store_true", help="leave the cluster running")
-    group.addoption("--conformance-area", action="append", default=[], help="run only these areas")
-    group.addoption(
-        "--conformance-tier",
-        default=selection.DEFAULT_TIER,
-        help="full (every check) or smoke (the checks marked smoke)",
-    )
-    group.addoption("--conformance-shard", default=None, metavar="K/N", help="run only shard K of N")
-    group.addoption(
-        "--conformance-kuberay-source",
-        default=None,
-        metavar="DIR",
-        help="build KubeRay from this checkout and install it with its own chart (or kustomize)",
-    )
-    group.addoption(
-        "--conformance-kuberay-version",
-        default=None,
-        help="the version of the --conformance-kuberay-source checkout, where its files do not say it",
-    )
-    group.addoption(
-        "--conformance-wait-for-lock",
-        action="store_true",
-        help="wait for another run's hold on the cluster to end, instead of refusing",
-    )
-    group.addoption(
-        parallel.RECOUNT_OPTION,
-        action="store_true",
-        help="count the workers (--workers auto) once the controller has made the cluster",
-    )
-    group.addoption(
-        "--conformance-timeout",
-        action="append",
-        default=[],
-        metavar="KIND=SECONDS",
-        help="override a timeout kind (apply, ready, scale, cleanup, upgrade, check)",
-    )
+    options.add_to_pytest(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -141,24 +100,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         run.select(items)
 
 
-def _asked_selection(config: pytest.Config) -> dict[str, object]:
-    """The selection as asked (summary.json's `selection`); the counts come once collected."""
-    tier = config.getoption("--conformance-tier")
-    if tier not in selection.TIERS:
-        raise UsageError(f"--tier {tier!r} is not one of {', '.join(selection.TIERS)}")
-    shard = config.getoption("--conformance-shard")
-    try:
-        parsed = selection.parse_shard(shard) if shard else None
-    except ValueError as exc:
-        raise UsageError(f"--shard {exc}", "give K/N with 1 <= K <= N, e.g. --shard 2/4") from None
-    return {
-        "tier": tier,
-        "areas": sorted(config.getoption("--conformance-area")),
-        "keyword": config.option.keyword or None,
-        "shard": str(parsed) if parsed else None,
-    }
-
-
 class ConformanceRun:
     """The state of one conformance run inside a pytest session."""
 
@@ -169,27 +110,11 @@ class ConformanceRun:
         self.worker = parallel.is_worker(config)
         self.controller = parallel.is_controller(config)
         state = parallel.unpack(config) if self.worker else {}
-        run_id = new_run_id()
-        run_dir = Path(
-            state.get("run_dir") or config.getoption("--conformance-run-dir") or Path("reports") / run_id
-        )
-        overrides = dict(Timeouts.parse_override(t) for t in config.getoption("--conformance-timeout"))
-        self.options = RunOptions(
-            provider=provider,
-            profile=profiles.load(config.getoption("--conformance-profile")),
-            run_dir=run_dir.resolve(),
-            run_id=run_dir.name,
-            kubeconfig=config.getoption("--conformance-kubeconfig"),
-            context=config.getoption("--conformance-context"),
-            ray_versions=tuple(config.getoption("--conformance-ray-version")),
-            keep_failed=config.getoption("--conformance-keep-failed"),
-            keep_cluster=config.getoption("--conformance-keep-cluster"),
-            timeout_overrides=overrides,
-            kuberay_source=config.getoption("--conformance-kuberay-source"),
-            kuberay_version=config.getoption("--conformance-kuberay-version"),
-        )
-        self.options.timeouts  # noqa: B018 - validates the overrides now, before anything runs
-        check_run_dir(self.options.run_dir)
+        values = options.RunValues.from_pytest(config)
+        if state.get("run_dir"):
+            values = dataclasses.replace(values, run_dir=state["run_dir"])
+        self.values = values
+        self.options = values.run_options()
         self.environment = Environment(self.options)
         self.summary = Summary(
             run_id=self.options.run_id,
@@ -197,7 +122,7 @@ class ConformanceRun:
             provider=provider,
             profile=self.options.profile.name,
             versions={},
-            selection=_asked_selection(config),
+            selection=values.asked_selection(config.option.keyword),
         )
         self._metrics: dict[str, dict[str, float]] = {}
         self.results: dict[str, TestResult] = {}
@@ -211,7 +136,7 @@ class ConformanceRun:
         self.secrets: dict[str, str] = {}
         self.collect_only = bool(config.option.collectonly)
         self._unsent_secrets: dict[str, str] = {}  # a worker's, until a report carries them
-        self.wait_for_lock = bool(config.getoption("--conformance-wait-for-lock"))
+        self.wait_for_lock = values.wait_for_lock
         self.lock: cluster_lock.ClusterLock | None = None
         self.worker_pids: list[int] = []
         self._footprint: footprint.Sampler | None = None  # the controller's (footprint.py)
@@ -238,7 +163,7 @@ class ConformanceRun:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         import allure  # noqa: PLC0415 - only conformance runs need it
 
-        wanted = set(config.getoption("--conformance-area"))
+        wanted = set(self.values.areas)
         if wanted:
             deselected = [item for item in items if _area(item) not in wanted]
             items[:] = [item for item in items if _area(item) in wanted]
@@ -297,7 +222,7 @@ class ConformanceRun:
                 # Interrupted before the session began: pytest calls no sessionfinish, so clean up here.
                 self.pytest_sessionfinish(session, pytest.ExitCode.INTERRUPTED)
                 raise
-            if session.config.getoption(parallel.RECOUNT_OPTION):
+            if self.values.recount_workers:
                 self._recount_workers(session.config)
 
     def _recount_workers(self, config: pytest.Config) -> None:
