@@ -1,7 +1,8 @@
 """The pytest plugin: options, fixtures, markers and result collection for conformance runs.
 
-Loaded through the `pytest11` entry point, it stays inert unless `--conformance-provider`
-is given, so other pytest sessions (the harness's own tests) are not affected.
+Loaded through the `pytest11` entry point, it stays inert unless the CLI hands it a run
+(session/setup.py) or `--conformance-provider` is given, so other pytest sessions (the harness's
+own tests) are not affected. The options are declared in options.py.
 
 Outcomes are classified as summary.json wants them: an AssertionError in a check is a
 conformance failure; any other exception (a wait that timed out, an API error, a
@@ -18,7 +19,6 @@ the workers' reports carry; a worker attaches, runs checks under the run's exclu
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -57,6 +57,7 @@ from conformance.report import build as report_build
 from conformance.report import secrets, timelines
 from conformance.report import terminal as report_terminal
 from conformance.report.summary import AREAS, HARNESS, Summary, TestResult, now
+from conformance.session.setup import RunSetup
 from conformance.timeouts import Timeouts
 
 NOT_APPLICABLE = "not applicable: "
@@ -80,17 +81,31 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", exclusive.MARKER_HELP)
     config.addinivalue_line("markers", selection.SMOKE_HELP)
-    provider = config.getoption("--conformance-provider", default=None)
-    if provider:
-        try:
-            run = ConformanceRun(config, provider)
-        except HarnessError as exc:  # bad input under plain pytest: a usage error, not an INTERNALERROR
-            raise pytest.UsageError(f"kuberay-conformance: {exc.one_line()}") from None
+    try:
+        setup, state = _setup_of(config)
+        run = ConformanceRun(config, setup, state) if setup is not None else None
+    except HarnessError as exc:  # bad input under plain pytest: a usage error, not an INTERNALERROR
+        raise pytest.UsageError(f"kuberay-conformance: {exc.one_line()}") from None
+    if run is not None:
         config.stash[RUN_KEY] = run
         config.pluginmanager.register(run, "kuberay-conformance-run")
         if run.controller:
             config.pluginmanager.register(XdistController(run), "kuberay-conformance-xdist")
         progress.route_lines_to(_terminal_line_writer(config))
+
+
+def _setup_of(config: pytest.Config) -> tuple[RunSetup | None, dict[str, Any]]:
+    """The run this session is part of: handed over by the CLI, sent by the controller to a worker,
+    or built here from the --conformance-* options (plain pytest); none without them."""
+    if parallel.is_worker(config):
+        state = parallel.unpack(config)
+        return (RunSetup.for_worker(state), state) if state else (None, {})
+    handed = RunSetup.handed_to(config)
+    if handed is not None:
+        return handed, {}
+    if not config.getoption("--conformance-provider", default=None):
+        return None, {}
+    return RunSetup.build(options.RunValues.from_pytest(config), config.option.keyword), {}
 
 
 @pytest.hookimpl(trylast=True)  # after --area and -k: the tier and the shard select among what is left
@@ -103,26 +118,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 class ConformanceRun:
     """The state of one conformance run inside a pytest session."""
 
-    def __init__(self, config: pytest.Config, provider: str) -> None:
+    def __init__(self, config: pytest.Config, setup: RunSetup, state: dict[str, Any]) -> None:
         # A worker of a parallel run (pytest-xdist) is one of several processes of one run: the
         # controller made the run's id and folder, prepared the environment and sends its state.
         self.config = config
+        self.setup = setup
         self.worker = parallel.is_worker(config)
         self.controller = parallel.is_controller(config)
-        state = parallel.unpack(config) if self.worker else {}
-        values = options.RunValues.from_pytest(config)
-        if state.get("run_dir"):
-            values = dataclasses.replace(values, run_dir=state["run_dir"])
-        self.values = values
-        self.options = values.run_options()
-        self.environment = Environment(self.options)
+        self.options = setup.options
+        self.environment = setup.environment
         self.summary = Summary(
             run_id=self.options.run_id,
             started=state.get("started") or now(),
-            provider=provider,
+            provider=self.options.provider,
             profile=self.options.profile.name,
             versions={},
-            selection=values.asked_selection(config.option.keyword),
+            selection=dict(setup.selection),
         )
         self._metrics: dict[str, dict[str, float]] = {}
         self.results: dict[str, TestResult] = {}
@@ -136,8 +147,6 @@ class ConformanceRun:
         self.secrets: dict[str, str] = {}
         self.collect_only = bool(config.option.collectonly)
         self._unsent_secrets: dict[str, str] = {}  # a worker's, until a report carries them
-        self.wait_for_lock = values.wait_for_lock
-        self.lock: cluster_lock.ClusterLock | None = None
         self.worker_pids: list[int] = []
         self._footprint: footprint.Sampler | None = None  # the controller's (footprint.py)
         self.crashed: list[str] = []
@@ -163,7 +172,7 @@ class ConformanceRun:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         import allure  # noqa: PLC0415 - only conformance runs need it
 
-        wanted = set(self.values.areas)
+        wanted = set(self.setup.areas)
         if wanted:
             deselected = [item for item in items if _area(item) not in wanted]
             items[:] = [item for item in items if _area(item) in wanted]
@@ -222,7 +231,7 @@ class ConformanceRun:
                 # Interrupted before the session began: pytest calls no sessionfinish, so clean up here.
                 self.pytest_sessionfinish(session, pytest.ExitCode.INTERRUPTED)
                 raise
-            if self.values.recount_workers:
+            if self.setup.recount_workers:
                 self._recount_workers(session.config)
 
     def _recount_workers(self, config: pytest.Config) -> None:
@@ -254,7 +263,7 @@ class ConformanceRun:
         self.summary.environment["prepare_s"] = round(time.monotonic() - started, 1)
 
     def _claim(self, api: client.ApiClient) -> None:
-        self.lock = cluster_lock.claim(api, self.options.run_id, self.summary.started, self.wait_for_lock)
+        self.setup.claim(api, self.summary.started)
 
     def _attach(self, state: dict[str, Any]) -> None:
         """A worker uses the environment the controller prepared, or fails every check with its cause."""
@@ -269,7 +278,8 @@ class ConformanceRun:
         error = self._prepare_error
         return parallel.pack(
             {
-                "run_dir": str(self.options.run_dir),
+                "options": self.options,
+                "selection": self.setup.selection,
                 "started": self.summary.started,
                 "environment": self.environment.snapshot() if self._prepared else None,
                 "prepare_error": (error.args[0] if error and error.args else repr(error)) if error else None,
@@ -608,8 +618,8 @@ class ConformanceRun:
         self.summary.environment["workers"] = int(workers or 1)
         notes = self.summary.environment.setdefault("notes", [])
         assert isinstance(notes, list)
-        if self.lock is not None:
-            notes += self.lock.notes
+        if self.setup.lock is not None:
+            notes += self.setup.lock.notes
         for written in sorted((self.options.run_dir / TURNS).glob(f"{NOTES_PREFIX}*")):
             notes += written.read_text().splitlines()
         selected = self.options.run_dir / TURNS / SELECTION_FILE
@@ -619,7 +629,7 @@ class ConformanceRun:
 
     def _release_lock(self) -> None:
         with contextlib.suppress(Exception):  # the cluster may be gone; a stale lock is taken over later
-            cluster_lock.release(self.options.run_id)
+            self.setup.release_lock()
 
     def keep_secret(self, nodeid: str, *values: str) -> None:
         """Have the finished run's files searched for `values`; a hit fails the check `nodeid`."""
