@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pytest
 
 from conformance import selection, suite_session
+from conformance.checks import RUN_KEY, area_of, issues_of
 from conformance.errors import HarnessError, UsageError
 from conformance.options import RunValues
-from conformance.plugin import RUN_KEY, _area, _issues
 from conformance.session.setup import RunSetup
 
 # Markers every check has or that only the harness uses; the rest are worth showing.
@@ -75,9 +75,9 @@ class _Collector:
             self.checks.append(
                 Check(
                     id=item.nodeid,
-                    area=_area(item),
+                    area=area_of(item),
                     requires=needs,
-                    issues=tuple(_issues(item)),
+                    issues=tuple(issues_of(item)),
                     markers=tuple(sorted(n for n in others if not n.startswith("allure"))),
                     catches=catches_of(item),
                     unit=selection.unit_of(item),
