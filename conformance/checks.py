@@ -9,23 +9,21 @@ it takes are fixtures.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pytest
 
 from conformance import exclusive, selection
 from conformance.report.summary import AREAS, HARNESS
 
-if TYPE_CHECKING:
-    pass
-
 # A skip whose reason starts with this is "not applicable" (a precondition is absent), not "skipped".
 NOT_APPLICABLE = "not applicable: "
 # Labels every namespace of a run with its run id.
 RUN_LABEL = "kuberay-conformance.io/run-id"
 KUBERAY_ISSUE_URL = "https://github.com/ray-project/kuberay/issues/{}"
-# The session's run (session/base.py): `request.config.stash[RUN_KEY]`.
-RUN_KEY = pytest.StashKey["ConformanceRun"]()
+# The session's run, a session/base.py ConformanceRun: `request.config.stash[RUN_KEY]` (typed Any
+# here, since the session imports this module).
+RUN_KEY = pytest.StashKey[Any]()
 
 MARKERS = (
     "area(name): the conformance area a check belongs to",
