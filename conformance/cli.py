@@ -13,20 +13,20 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import pytest
 
-from conformance import capacity, cluster_lock, interrupts, parallel, profiles, selection, suite_session
-from conformance.environment import Environment, RunOptions, check_run_dir
+from conformance import capacity, cluster_lock, interrupts, options, parallel, profiles, suite_session
+from conformance.environment import Environment
 from conformance.errors import EXIT_ENVIRONMENT, EXIT_USAGE, HarnessError, UsageError
 from conformance.kube.target import api_client
-from conformance.providers import PROVIDERS, get_provider
+from conformance.providers import get_provider
 from conformance.providers.base import NodeFaults
 from conformance.report import summary
-from conformance.report.summary import AREAS, new_run_id, now
-from conformance.timeouts import Timeouts
+from conformance.report.summary import now
+from conformance.session.setup import RunSetup
 
 if TYPE_CHECKING:
     from conformance.report.build import Built
@@ -78,15 +78,9 @@ def _write_traceback(exc: BaseException) -> str:
     return name
 
 
-provider_option = click.option(
-    "--provider",
-    type=click.Choice(PROVIDERS),
-    default="local",
-    show_default=True,
-    help="Which provider makes or reaches the cluster.",
-)
-kubeconfig_option = click.option("--kubeconfig", default=None, help="Kubeconfig (provider `existing`).")
-context_option = click.option("--context", default=None, help="Kubeconfig context (provider `existing`).")
+provider_option = options.cli("provider")
+kubeconfig_option = options.cli("kubeconfig")
+context_option = options.cli("context")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -241,33 +235,9 @@ class WorkerCount(click.ParamType):
         self.fail(f"{text!r} is neither auto nor a whole number of at least 1", param, ctx)
 
 
-class ShardSpec(click.ParamType):
-    """K/N: shard K of N, 1 <= K <= N (selection.py)."""
-
-    name = "K/N"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        try:
-            return str(selection.parse_shard(str(value)))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
 # Declared once for `run` and `list`, so both select the same checks from the same words.
-tier_option = click.option(
-    "--tier",
-    type=click.Choice(selection.TIERS),
-    default=selection.DEFAULT_TIER,
-    show_default=True,
-    help="full: every check; smoke: a few per area, the checks marked smoke (minutes, not hours).",
-)
-shard_option = click.option(
-    "--shard",
-    type=ShardSpec(),
-    default=None,
-    help="Only shard K of N of the selected checks (after --area, -k, --tier), balanced by recorded "
-    "durations; N runs of K=1..N make every check once (`report merge` joins their reports).",
-)
+tier_option = options.cli("tier")
+shard_option = options.cli("shard")
 
 
 def _worker_count(requested: str, environment: Environment, api: object | None) -> int | None:
@@ -291,46 +261,20 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
 
 @main.command("run")
 @provider_option
-@click.option(
-    "--profile", default="default", show_default=True, help="Profile name or path to a profile YAML."
-)
+@options.cli("profile")
 @kubeconfig_option
 @context_option
-@click.option(
-    "--ray-version", "ray_versions", multiple=True, help="Ray version(s) to test (default: the profile's)."
-)
-@click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Run only these areas.")
+@options.cli("ray_versions")
+@options.cli("areas")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
 @tier_option
 @shard_option
-@click.option(
-    "--timeout",
-    "timeout_overrides",
-    multiple=True,
-    metavar="KIND=SECONDS",
-    help="Override a timeout kind: apply, ready, scale, cleanup, upgrade, check (the hard cap per check).",
-)
-@click.option("--keep-failed", is_flag=True, help="Keep the namespaces of failed checks for inspection.")
-@click.option("--keep-cluster", is_flag=True, help="Leave the cluster running after the run.")
-@click.option(
-    "--run-dir",
-    default=None,
-    help="Where results go (default: reports/<run-id>); its name is the run id, which labels the "
-    "run's namespaces (at most 63 letters, digits, '-', '_', '.').",
-)
-@click.option(
-    "--kuberay-source",
-    default=None,
-    metavar="DIR",
-    help="Test KubeRay built from this checkout of ray-project/kuberay (any tag, branch or commit; "
-    ".git optional), installed with its own helm-chart/kuberay-operator, or with kustomize from "
-    "ray-operator/config/default where it has no chart. Local provider.",
-)
-@click.option(
-    "--kuberay-version",
-    default=None,
-    help="The version of the --kuberay-source checkout, where its files do not say it (vX.Y.Z).",
-)
+@options.cli("timeout_overrides")
+@options.cli("keep_failed")
+@options.cli("keep_cluster")
+@options.cli("run_dir")
+@options.cli("kuberay_source")
+@options.cli("kuberay_version")
 @click.option(
     "--workers",
     type=WorkerCount(),
@@ -339,109 +283,33 @@ def _worker_count(requested: str, environment: Environment, api: object | None) 
     help="Checks run at once (pytest-xdist workers). auto: one per core of the cluster's nodes, within "
     "their free memory for a head and two workers each, at least 1. Exclusive checks always run alone.",
 )
-@click.option(
-    "--wait-for-lock",
-    is_flag=True,
-    help="If another run holds the cluster, wait for it to end instead of refusing (exit 2).",
-)
-def run_command(
-    provider: str,
-    profile: str,
-    kubeconfig: str | None,
-    context: str | None,
-    ray_versions: tuple[str, ...],
-    areas: tuple[str, ...],
-    keyword: str | None,
-    tier: str,
-    shard: str | None,
-    timeout_overrides: tuple[str, ...],
-    keep_failed: bool,
-    keep_cluster: bool,
-    run_dir: str | None,
-    kuberay_source: str | None,
-    kuberay_version: str | None,
-    workers: str,
-    wait_for_lock: bool,
-) -> None:
+@options.cli("wait_for_lock")
+def run_command(keyword: str | None, workers: str, **given: Any) -> None:
     """Run the conformance suites and write reports/<run-id>/ (summary.json, junit.xml, allure-results/)."""
 
-    def pytest_args(target: Path) -> list[str]:
-        args = [
-            *suite_session.args(),
-            "-ra",
-            "--conformance-provider",
-            provider,
-            "--conformance-profile",
-            profile,
-            "--conformance-run-dir",
-            str(target),
-            "--junitxml",
-            str(target / "junit.xml"),
-            "--alluredir",
-            str(target / "allure-results"),
-            "--conformance-tier",
-            tier,
-        ]
-        for option, values in (
-            ("--conformance-ray-version", ray_versions),
-            ("--conformance-area", areas),
-            ("--conformance-timeout", timeout_overrides),
-            ("--conformance-kuberay-source", (kuberay_source,) if kuberay_source else ()),
-            ("--conformance-kuberay-version", (kuberay_version,) if kuberay_version else ()),
-            ("--conformance-shard", (shard,) if shard else ()),
-        ):
-            for value in values:
-                args += [option, value]
-        for flag, on in (
-            ("--conformance-keep-failed", keep_failed),
-            ("--conformance-keep-cluster", keep_cluster),
-            ("--conformance-wait-for-lock", wait_for_lock),
-        ):
-            if on:
-                args.append(flag)
-        if kubeconfig:
-            args += ["--conformance-kubeconfig", kubeconfig]
-        if context:
-            args += ["--conformance-context", context]
-        if keyword:
-            args += ["-k", keyword]
-        return args
-
     def action() -> int:
-        loaded = profiles.load(profile)  # bad input is refused here, before anything is provisioned
-        overrides = dict(Timeouts.parse_override(t) for t in timeout_overrides)
-        loaded.timeouts.with_overrides(overrides)
-        loaded.check_ray_versions(ray_versions)
-        target = Path(run_dir) if run_dir else Path("reports") / new_run_id()
-        check_run_dir(target)
-        environment = Environment(
-            RunOptions(
-                provider=provider,
-                profile=loaded,
-                run_dir=target,
-                run_id=target.name,
-                kubeconfig=kubeconfig,
-                context=context,
-                kuberay_source=kuberay_source,
-                kuberay_version=kuberay_version,
-            )
-        )
-        environment.check_input()
+        # Built once: the profile loaded, the run folder chosen, the input checked (bad input is
+        # refused here, before anything is provisioned); pytest's session gets this very run.
+        setup = RunSetup.build(options.RunValues(**given), keyword)
+        setup.environment.check_input()
+        target = setup.options.run_dir
         # One run per cluster: the lock is taken before anything changes. A cluster that does not
-        # answer yet has no holder; the plugin takes the lock as soon as it does.
-        api = environment.reachable_api()
+        # answer yet has no holder; the session takes the lock as soon as it does.
+        api = setup.environment.reachable_api()
         if api is not None:
-            cluster_lock.claim(api, target.name, now(), wait=wait_for_lock)
+            setup.claim(api, now())
         try:
-            args = pytest_args(target)
-            count = _worker_count(workers, environment, api)
+            args = [*suite_session.args(), "-ra", "--junitxml", str(target / "junit.xml")]
+            args += ["--alluredir", str(target / "allure-results"), *(["-k", keyword] if keyword else [])]
+            count = _worker_count(workers, setup.environment, api)
             if count is None:  # one worker for now; the controller adds the rest once it can count
-                args += ["-n", "1", *parallel.DISTRIBUTION, parallel.RECOUNT_OPTION]
+                args += ["-n", "1", *parallel.DISTRIBUTION]
+                setup.recount_workers = True
             elif count > 1:
                 args += ["-n", str(count), *parallel.DISTRIBUTION]
-            code = pytest.main(args)
+            code = pytest.main(args, plugins=[setup])
         finally:
-            cluster_lock.release(target.name)
+            setup.release_lock()
         if code == pytest.ExitCode.USAGE_ERROR:
             return EXIT_USAGE
         summary_path = target / "summary.json"
@@ -456,19 +324,15 @@ def run_command(
 
 
 @main.command("list")
-@click.option(
-    "--profile", default="default", show_default=True, help="Profile name or path (its Ray versions)."
-)
-@click.option("--area", "areas", multiple=True, type=click.Choice(AREAS), help="Only these areas.")
-@click.option("--ray-version", "ray_versions", multiple=True, help="Ray version(s) (default: the profile's).")
+@options.cli("profile", help="Profile name or path (its Ray versions).")
+@options.cli("areas", help="Only these areas.")
+@options.cli("ray_versions", help="Ray version(s) (default: the profile's).")
 @click.option("-k", "keyword", default=None, help="Only checks matching this pytest -k expression.")
 @tier_option
 @shard_option
 @click.option("--catches", is_flag=True, help="Also print, under each check, the misbehaviour it catches.")
-@click.option(
-    "--kuberay-source",
-    default=None,
-    metavar="DIR",
+@options.cli(
+    "kuberay_source",
     help="A KubeRay checkout: the samples area lists its samples (default: the profile's version's).",
 )
 def list_command(
@@ -489,9 +353,18 @@ def list_command(
     def action() -> int:
         from conformance import listing  # noqa: PLC0415 - only this command needs it
 
-        loaded = profiles.load(profile)  # a bad profile is a one-line usage error, as for run
-        loaded.check_ray_versions(ray_versions)
-        found = listing.collect(profile, areas, ray_versions, keyword, kuberay_source, tier=tier, shard=shard)
+        values = options.RunValues(
+            provider="local",
+            profile=profile,
+            areas=areas,
+            ray_versions=ray_versions,
+            kuberay_source=kuberay_source,
+            tier=tier,
+            shard=shard,
+        )
+        setup = RunSetup.build(values, keyword)  # a bad profile is a one-line usage error, as for run
+        setup.options.profile.check_ray_versions(ray_versions)
+        found = listing.collect_run(setup, keyword)
         for line in listing.lines(found, catches):
             click.echo(line)
         return 0

@@ -250,26 +250,8 @@ class ClusterLock:
             self._resource_version = None
 
 
-# The lock a process holds for a run, so that the CLI, which takes it before pytest starts (and can
-# then refuse with one line), and the plugin, which takes it when run without the CLI, share one.
-_held: dict[str, ClusterLock] = {}
-
-
 def claim(api: client.ApiClient, run_id: str, started: str, wait: bool = False) -> ClusterLock:
-    """The run's lock: the one this process already holds, or a newly acquired one."""
-    lock = _held.get(run_id)
-    if lock is None:
-        lock = ClusterLock(api, run_id, started)
-        lock.acquire(wait=wait)
-        _held[run_id] = lock
+    """Take the run's lock (the caller keeps it, and releases it with `ClusterLock.release`)."""
+    lock = ClusterLock(api, run_id, started)
+    lock.acquire(wait=wait)
     return lock
-
-
-def held(run_id: str) -> ClusterLock | None:
-    return _held.get(run_id)
-
-
-def release(run_id: str) -> None:
-    lock = _held.pop(run_id, None)
-    if lock is not None:
-        lock.release()

@@ -84,9 +84,13 @@ class Environment:
         self.source: Any = None
         # How KubeRay came to the cluster, as the report's first screen says it.
         self.kuberay_origin = ""
+        self._input_checked = False  # check_input has passed: the CLI's call and prepare's are one
 
     def check_input(self) -> None:
-        """Refuse combinations that cannot work, before anything is provisioned."""
+        """Refuse combinations that cannot work, before anything is provisioned (once: a Helm render
+        or a checkout's build is not done again when `prepare` follows the CLI's check)."""
+        if self._input_checked:
+            return
         profile = self.options.profile
         profile.check_ray_versions(self.options.versions_to_test)
         if profile.kuberay.extra_args and self.options.kuberay_install in ("helm", "source"):
@@ -120,6 +124,7 @@ class Environment:
                 f"which provider {self.options.provider} cannot load",
                 "use a profile with kuberay.install: helm and public images (e.g. --profile kind)",
             )
+        self._input_checked = True
 
     def _check_source(self) -> None:
         """--kuberay-source: everything that can refuse it, and the operator's build, before any

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import pytest
 
 from conformance import selection, suite_session
+from conformance.checks import RUN_KEY, area_of, issues_of
 from conformance.errors import HarnessError, UsageError
-from conformance.plugin import RUN_KEY, _area, _issues
+from conformance.options import RunValues
+from conformance.session.setup import RunSetup
 
 # Markers every check has or that only the harness uses; the rest are worth showing.
 # A check parametrized by a file the version under test ships (its samples) is one check in the
@@ -73,9 +75,9 @@ class _Collector:
             self.checks.append(
                 Check(
                     id=item.nodeid,
-                    area=_area(item),
+                    area=area_of(item),
                     requires=needs,
-                    issues=tuple(_issues(item)),
+                    issues=tuple(issues_of(item)),
                     markers=tuple(sorted(n for n in others if not n.startswith("allure"))),
                     catches=catches_of(item),
                     unit=selection.unit_of(item),
@@ -101,19 +103,29 @@ def collect(
     tier: str = "full",
     shard: str | None = None,
 ) -> Found:
-    args = [*suite_session.args(), "--collect-only", "-p", "no:terminal"]
-    args += ["--conformance-provider", "local", "--conformance-profile", profile]
-    args += ["--conformance-tier", tier, *(["--conformance-shard", shard] if shard else [])]
-    for area in areas:
-        args += ["--conformance-area", area]
-    for version in ray_versions:
-        args += ["--conformance-ray-version", version]
-    if keyword:
-        args += ["-k", keyword]
-    if kuberay_source:  # the samples area lists the checkout's samples
-        args += ["--conformance-kuberay-source", kuberay_source]
+    values = RunValues(
+        provider="local",
+        profile=profile,
+        areas=tuple(areas),
+        ray_versions=tuple(ray_versions),
+        kuberay_source=kuberay_source,  # the samples area lists the checkout's samples
+        tier=tier,
+        shard=shard,
+    )
+    return collect_run(RunSetup.build(values, keyword), keyword)
+
+
+def collect_run(setup: RunSetup, keyword: str | None) -> Found:
+    """The checks `setup`'s run would make, as pytest collects them (nothing is prepared)."""
+    args = [
+        *suite_session.args(),
+        "--collect-only",
+        "-p",
+        "no:terminal",
+        *(["-k", keyword] if keyword else []),
+    ]
     collector = _Collector()
-    code = pytest.main(args, plugins=[collector])
+    code = pytest.main(args, plugins=[collector, setup])
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError("the selection is not valid", "see the message above")
     if collector.errors or code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):

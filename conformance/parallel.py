@@ -82,7 +82,9 @@ def pack(state: dict[str, Any]) -> str:
 
 
 def unpack(config: pytest.Config) -> dict[str, Any]:
-    return pickle.loads(base64.b64decode(config.workerinput[WORKERINPUT_KEY]))
+    """The controller's state in a worker; empty where the controller runs no conformance run."""
+    packed = config.workerinput.get(WORKERINPUT_KEY)
+    return pickle.loads(base64.b64decode(packed)) if packed else {}
 
 
 # -- worker -> controller ---------------------------------------------------------------

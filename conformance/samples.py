@@ -72,9 +72,9 @@ def locate(environment: Any) -> Path:
     version the install builds or deploys (the same resolution the install makes)."""
     from conformance.build import gobuild  # noqa: PLC0415
     from conformance.build.cache import cache_dir  # noqa: PLC0415 - any provider's builds
+    from conformance.checks import NOT_APPLICABLE  # noqa: PLC0415
     from conformance.install import kuberay  # noqa: PLC0415 - the local build machinery
     from conformance.install.kuberay_source import Checkout  # noqa: PLC0415
-    from conformance.plugin import NOT_APPLICABLE  # noqa: PLC0415 - the plugin imports the suites' library
 
     options = environment.options
     if options.kuberay_source:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from conformance.plugin import RUN_LABEL
+from conformance.checks import RUN_LABEL
 
 
 def plugin_command(suite: Path, run_dir: Path, *options: str, result_files: bool = False) -> list[str]:

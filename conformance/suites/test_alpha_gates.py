@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from conformance.capabilities import Capabilities
+from conformance.checks import NOT_APPLICABLE
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour
-from conformance.plugin import NOT_APPLICABLE
 from conformance.suites.autoscaling import rejected
 from conformance.timeouts import Timeouts
 

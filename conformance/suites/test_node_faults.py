@@ -29,6 +29,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from conformance.checks import NOT_APPLICABLE
 from conformance.environment import Environment
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
@@ -36,7 +37,6 @@ from conformance.kube.nodes import is_node_ready
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, poll_until, wait_for, wait_gone
 from conformance.load import analysis, traffic
-from conformance.plugin import NOT_APPLICABLE
 from conformance.profiles import Profile
 from conformance.providers.base import NodeFaults
 from conformance.suites import ray_processes, serving

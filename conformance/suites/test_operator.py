@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from conformance.capabilities import Capabilities
+from conformance.checks import NOT_APPLICABLE, RUN_LABEL
 from conformance.environment import Environment
 from conformance.errors import HarnessError
 from conformance.install import crd_drift, kuberay, kuberay_chart, operator_upgrade, scoped_operator
@@ -24,7 +25,6 @@ from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, poll_until, wait_for
 from conformance.load.generator import running
-from conformance.plugin import NOT_APPLICABLE, RUN_LABEL
 from conformance.profiles import Profile
 from conformance.suites import cronjobs, serving
 from conformance.suites.conftest import manifest_values

@@ -20,13 +20,13 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from conformance import samples
 from conformance.capabilities import Capabilities
+from conformance.checks import NOT_APPLICABLE, RUN_KEY
 from conformance.environment import Environment
 from conformance.errors import HarnessError
 from conformance.install import kuberay
 from conformance.kube.pods import is_ready
 from conformance.kube.ray import ExecError, Ray
 from conformance.kube.wait import WaitTimeout, behaviour, wait_for
-from conformance.plugin import NOT_APPLICABLE, RUN_KEY
 from conformance.profiles import Profile
 from conformance.suites.conftest import resources
 from conformance.timeouts import Timeouts

@@ -27,12 +27,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from conformance import capabilities as caps
+from conformance.checks import NOT_APPLICABLE, RUN_KEY
 from conformance.environment import Environment
 from conformance.install import kuberay
 from conformance.kube import diagnostics
 from conformance.kube.manifests import render, render_all
 from conformance.kube.ray import Ray
-from conformance.plugin import NOT_APPLICABLE, RUN_KEY
 from conformance.profiles import Profile
 from conformance.suites.conftest import manifest_values
 from conformance.suites.shared import Shared

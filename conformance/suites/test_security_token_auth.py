@@ -28,11 +28,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from conformance import capabilities as caps
+from conformance.checks import NOT_APPLICABLE
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import render
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, poll_until
-from conformance.plugin import NOT_APPLICABLE
 from conformance.suites import rayjobs
 from conformance.timeouts import Timeouts
 

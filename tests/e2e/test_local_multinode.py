@@ -144,11 +144,11 @@ def test_cluster_node_refuses_while_a_run_holds_the_cluster_and_names_the_worker
     multinode: LocalProvider, core: client.CoreV1Api
 ) -> None:
     api = config.new_client_from_config(str(multinode.state.admin_kubeconfig))
-    cluster_lock.claim(api, "krc-test-holder", now())
+    holder = cluster_lock.claim(api, "krc-test-holder", now())
     try:
         held = _cluster_node("stop", "krc-cpu-1")
     finally:
-        cluster_lock.release("krc-test-holder")
+        holder.release()
     assert held.returncode == EXIT_ENVIRONMENT, held
     assert "run krc-test-holder" in held.stderr and "holds the cluster" in held.stderr, held.stderr
     assert is_node_ready(core.read_node("krc-cpu-1")), "a refused `cluster node stop` stopped the node"

@@ -84,8 +84,8 @@ OUTCOMES = (
     SUITE
     + """
 import time
+from conformance.checks import RUN_KEY
 from conformance.kube.wait import poll_until
-from conformance.plugin import RUN_KEY
 
 
 def test_skipped():

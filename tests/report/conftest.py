@@ -105,7 +105,7 @@ def test_waits_for_a_job_that_never_ends():
     threading.Event().wait(300)  # until the run is interrupted
 """,
     "keeps_secret": """
-from conformance.plugin import RUN_KEY
+from conformance.checks import RUN_KEY
 
 CANARY = "krc-canary-" + "7f3a9c"  # never written out whole by this file's own text
 

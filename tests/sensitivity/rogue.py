@@ -25,8 +25,8 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from conformance import parallel
+from conformance.checks import RUN_KEY, RUN_LABEL
 from conformance.kube.sampling import own_client
-from conformance.plugin import RUN_KEY, RUN_LABEL
 
 ROGUE_ENV = "KRC_SENSITIVITY_ROGUE"
 LOG_ENV = "KRC_SENSITIVITY_ROGUE_LOG"

@@ -37,7 +37,8 @@ FLOORS: tuple[tuple[str, str, bool], ...] = (
     # checks, the Lease, the selection of checks, and the pytest plugin that drives them.
     (
         "run",
-        "capabilities capacity cluster_lock environment exclusive footprint parallel selection plugin",
+        "capabilities capacity cluster_lock environment exclusive footprint parallel selection"
+        " options session checks outcomes fixtures plugin",
         True,
     ),
     # The checks and what only they use.

@@ -1,0 +1,1 @@
+"""One conformance run inside pytest: its setup (built once per run), and the halves of the session."""
