@@ -91,7 +91,7 @@ EKS_DESTROY_MIN = 10.0
 # After the budget's deadline the guard gives the run GUARD_GRACE_S (terraform.py, 900 s by default)
 # to destroy its cluster, then destroys it itself.
 EKS_GUARD_GRACE_MIN = 15.0
-# The CPU node group (eks.CPU_NODE_GROUP: desired 2 x m5.xlarge). An m5.xlarge has 16 GiB; EKS's
+# The CPU node group (eks.CPU_NODE_GROUP: desired 3 x m5.xlarge). An m5.xlarge has 16 GiB; EKS's
 # AL2023 AMI reserves 255 MiB + 11 MiB per pod (58 pods on an m5.xlarge) for kubelet and 100 MiB for
 # eviction, about 1 GiB, leaving 15 GiB allocatable per node. Without a cluster autoscaler the group
 # stays at its desired size.

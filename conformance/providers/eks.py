@@ -70,7 +70,7 @@ CPU_NODE_GROUP: dict[str, Any] = {
     "instance_types": ["m5.xlarge"],
     "min_size": 1,
     "max_size": 4,
-    "desired_size": 2,
+    "desired_size": 3,
 }
 # Zones the VPC spans (the module's `availability_zone_count`): the preflight checks these zones.
 AVAILABILITY_ZONES = 2

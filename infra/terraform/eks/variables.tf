@@ -110,7 +110,7 @@ variable "cpu_node_group" {
     instance_types = ["m5.xlarge"]
     min_size       = 1
     max_size       = 4
-    desired_size   = 2
+    desired_size   = 3
   }
 
   validation {
