@@ -21,6 +21,7 @@ from pathlib import Path
 
 from conformance.errors import HarnessError, UsageError
 from conformance.report import allure, history, html, npm, timelines
+from conformance.report.files import write_atomically
 from conformance.report.summary import Summary, load
 
 INDEX = "index.html"
@@ -68,10 +69,7 @@ def build(
         chart_js=_chart_js(cache, problems),
         problems=problems,
     )
-    index = run_dir / INDEX
-    tmp = index.with_suffix(".html.tmp")
-    tmp.write_text(html.render(inputs))
-    tmp.replace(index)
+    index = write_atomically(run_dir / INDEX, html.render(inputs))
     return Built(summary, index, page, problems, round(time.monotonic() - started, 3), earlier)
 
 

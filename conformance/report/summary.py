@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from conformance.errors import EXIT_CONFORMANT, EXIT_ENVIRONMENT, EXIT_NOT_CONFORMANT
+from conformance.report.files import write_atomically
 
 AREAS = (
     "operator",
@@ -142,10 +143,7 @@ class Summary:
         if not self.finished:
             self.finished = now()
         run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / "summary.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        tmp.replace(path)
+        path = write_atomically(run_dir / "summary.json", json.dumps(self.to_json(), indent=2) + "\n")
         if latest:
             point_latest(run_dir)
         return path

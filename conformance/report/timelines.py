@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.report.files import write_atomically
+
 SCHEMA = 1
 KINDS = ("autoscaling", "upgrade")
 DIRNAME = "timelines"
@@ -214,10 +216,7 @@ def write(run_dir: Path, timeline: Timeline, index: int = 1) -> Path:
     folder = run_dir / DIRNAME
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{slug(timeline.check)[:120]}-{index}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(timeline.to_json(), indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    return write_atomically(path, json.dumps(timeline.to_json(), indent=1) + "\n")
 
 
 def slug(text: str) -> str:

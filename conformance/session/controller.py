@@ -29,6 +29,7 @@ from conformance.kube import namespaces
 from conformance.report import build as report_build
 from conformance.report import secrets
 from conformance.report import terminal as report_terminal
+from conformance.report.files import ReportWriteError
 from conformance.session.base import NOTES_PREFIX, SELECTION_FILE, TURNS, ConformanceRun
 from conformance.session.setup import RunSetup
 
@@ -211,11 +212,19 @@ class ControllerRun(ConformanceRun):
         if self._footprint is not None:
             self.summary.environment["harness_footprint"] = self._footprint.stop()
         shutil.rmtree(self.options.run_dir / TURNS, ignore_errors=True)
-        self.summary.write(self.options.run_dir)
+        if not self._write_summary():
+            return  # no pages without it; the terminal says which file could not be written
         self._build_reports()
-        if self._fail_checks_whose_secret_leaked():
-            self.summary.write(self.options.run_dir)
+        if self._fail_checks_whose_secret_leaked() and self._write_summary():
             self._build_reports()
+
+    def _write_summary(self) -> bool:
+        try:
+            self.summary.write(self.options.run_dir)
+        except ReportWriteError as exc:  # a full disk, say: the results stand, the file does not
+            self.report_problem = exc.one_line()
+            return False
+        return True
 
     def _record_run_shape(self) -> None:
         """How the run ran: worker processes, the cluster lock, workers lost on the way."""
@@ -248,6 +257,8 @@ class ControllerRun(ConformanceRun):
         """index.html and the Allure page; a report that cannot be built never hides the results."""
         try:
             self.built = report_build.build(self.options.run_dir)
+        except ReportWriteError as exc:
+            self.report_problem = exc.one_line()
         except Exception as exc:  # noqa: BLE001 - summary.json is written; say why the pages are not
             self.report_problem = f"the report could not be built: {type(exc).__name__}: {exc}"
 
