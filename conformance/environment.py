@@ -12,17 +12,21 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
 from conformance import capabilities
-from conformance.errors import HarnessError, ProvisioningError, UsageError
+from conformance.errors import ProvisioningError, UsageError
 from conformance.kube.target import api_client
 from conformance.profiles import Profile
 from conformance.providers import get_provider
-from conformance.providers.base import Cluster, NodeFaults, Provider
+from conformance.providers.base import Cluster, LoadsImages, NodeFaults, Preflight, Provider, ReadsCluster
 from conformance.timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from conformance.install.modes import KubeRayInstall
+    from conformance.install.under_test import KubeRayUnderTest
 
 
 @dataclass
@@ -67,23 +71,27 @@ class Environment:
             keep_cluster=options.keep_cluster,
             local_nodes=options.profile.local_nodes,
         )
+        from conformance.install import modes  # noqa: PLC0415 - the install machinery, when a run needs it
+
+        # How KubeRay comes to the cluster (helm, local-build, existing, source), chosen once.
+        self.install_mode: KubeRayInstall = modes.for_mode(
+            options.kuberay_install,
+            options.profile.kuberay,
+            options.profile.name,
+            options.kuberay_source,
+            options.kuberay_version,
+        )
+        # The KubeRay under test as its install made it (versions, origin, gates, what its files promise).
+        self.kuberay: KubeRayUnderTest | None = None
         self.cluster: Cluster | None = None
         self.api: client.ApiClient | None = None
         self.capabilities: capabilities.Capabilities | None = None
         self.operator_namespace = options.profile.kuberay.namespace
-        self.operator: object | None = None
         self._made_cluster = False
-        self.operator_spec: object | None = None
         # Facts about this run a reader of the report must know (a fallback version, say).
         self.notes: list[str] = []
         # What the harness installed of a Helm-installed Gateway implementation (gateway_charts.Installed).
         self.gateway: Any = None
-        # What the install's own files promise (kuberay_chart.Promised), for the operator checks.
-        self.promised: Any = None
-        # --kuberay-source: the checkout, its provenance and its built image (source_install.SourceInstall).
-        self.source: Any = None
-        # How KubeRay came to the cluster, as the report's first screen says it.
-        self.kuberay_origin = ""
         self._input_checked = False  # check_input has passed: the CLI's call and prepare's are one
 
     def check_input(self) -> None:
@@ -93,12 +101,7 @@ class Environment:
             return
         profile = self.options.profile
         profile.check_ray_versions(self.options.versions_to_test)
-        if profile.kuberay.extra_args and self.options.kuberay_install in ("helm", "source"):
-            raise UsageError(
-                f"kuberay.extra_args cannot be passed through the kuberay-operator Helm chart "
-                f"(kuberay.install is {self.options.kuberay_install})",
-                "use kuberay.env, or kuberay.install: local-build",
-            )
+        self.install_mode.check_options()
         if profile.gateway_install in ("istio", "envoy-gateway"):
             from conformance.install import gateway_charts  # noqa: PLC0415
 
@@ -109,55 +112,19 @@ class Environment:
                 f"which provider {self.options.provider} cannot load",
                 "set gateway.install to istio, envoy-gateway or existing (with the cluster's GatewayClass)",
             )
-        preflight = getattr(self.provider, "preflight", None)
-        if preflight is not None:
-            preflight()  # tools, credentials, region, budget: checked, nothing created
+        if isinstance(self.provider, Preflight):
+            self.provider.preflight()  # tools, credentials, region, budget: checked, nothing created
         if self.options.provider == "existing":
             cluster = self.provider.up()  # creates nothing: checks that the cluster answers
-            if self.options.profile.kuberay.install == "existing":
-                api = api_client(cluster.target)
-                _require_kuberay_crds(api)
-        self._check_source()
-        if self.options.kuberay_install == "local-build" and not _builds_here(self.options.provider):
-            raise UsageError(
-                f"profile {self.options.profile.name} builds KubeRay and Ray images on this machine, "
-                f"which provider {self.options.provider} cannot load",
-                "use a profile with kuberay.install: helm and public images (e.g. --profile kind)",
-            )
+            self.install_mode.check_cluster(cluster.target)
+        self._check_kuberay()
         self._input_checked = True
 
-    def _check_source(self) -> None:
-        """--kuberay-source: everything that can refuse it, and the operator's build, before any
-        cluster is touched."""
-        options = self.options
-        if options.kuberay_install != "source":
-            if options.kuberay_version:
-                raise UsageError(
-                    "--kuberay-version names the version of a checkout", "use it with --kuberay-source DIR"
-                )
-            return
-        if not options.kuberay_source:
-            raise UsageError(
-                f"profile {options.profile.name} installs KubeRay from source but names no checkout",
-                "pass --kuberay-source DIR (a checkout of ray-project/kuberay)",
-            )
-        if not _builds_here(options.provider):
-            raise UsageError(
-                f"--kuberay-source builds the operator image on this machine, which provider "
-                f"{options.provider} cannot load",
-                "use the local provider, or install a released KubeRay (kuberay.install: helm)",
-            )
-        if self.source is None:
-            from conformance.install.source_install import SourceInstall  # noqa: PLC0415
-
-            self.source = SourceInstall(
-                path=options.kuberay_source,
-                namespace=options.profile.kuberay.namespace,
-                overrides=dict(options.profile.kuberay.feature_gates),
-                cache=self.provider.cache,  # type: ignore[attr-defined]
-                explicit_version=options.kuberay_version or "",
-            )
-            self.source.check()
+    def _check_kuberay(self) -> None:
+        """The install mode's own refusals, and a checkout's operator build, before any cluster is touched."""
+        provider = self.provider
+        cache = provider.cache if isinstance(provider, LoadsImages) else None
+        self.install_mode.check_input(self.options.provider, _builds_here(self.options.provider), cache)
 
     def prepare(self, claim: Callable[[client.ApiClient], None] = lambda api: None) -> None:
         """Bring everything up; `claim(api)` runs once the cluster answers, before anything is installed
@@ -168,14 +135,13 @@ class Environment:
         self._made_cluster = not existed
         self.api = api_client(self.cluster.target)
         claim(self.api)
-        self._install_kuberay()
+        kuberay = self._install_kuberay()
         self._install_gateway()
         self._provide_images()
-        facts = self.operator
         self.capabilities = capabilities.detect(
             self.api,
-            kuberay_version=getattr(facts, "version", ""),
-            feature_gates=dict(getattr(facts, "effective_feature_gates", {})),
+            kuberay_version=kuberay.observed,
+            feature_gates=dict(kuberay.gates),
             simulated_gpus=bool(self.cluster.facts.get("simulated_gpus")),
             gpu_resource=self.options.profile.gpu.resource,
             fault_nodes=self._fault_nodes(),
@@ -189,9 +155,8 @@ class Environment:
         """A client for the cluster if it exists and answers, found without changing anything."""
         if not self.provider.status().exists:
             return None
-        cluster = getattr(self.provider, "cluster", None)
         # Providers without a read-only `cluster()` (existing) check reachability in `up`, changing nothing.
-        made = cluster() if cluster is not None else self.provider.up()
+        made = self.provider.cluster() if isinstance(self.provider, ReadsCluster) else self.provider.up()
         try:
             api = api_client(made.target)
             client.VersionApi(api).get_code(_request_timeout=10)
@@ -204,10 +169,9 @@ class Environment:
         return {
             "cluster": self.cluster,
             "capabilities": self.capabilities,
-            "operator": self.operator,
-            "operator_spec": self.operator_spec,
-            "promised": self.promised,
-            "source": self.source,  # --kuberay-source: the operator-upgrade check installs it again
+            "kuberay": self.kuberay,
+            # The install as checked (--kuberay-source: the operator-upgrade check installs it again).
+            "install_mode": self.install_mode,
             "notes": list(self.notes),
         }
 
@@ -215,87 +179,27 @@ class Environment:
         """Use an environment another process prepared; installs nothing, and `teardown` is not ours."""
         self.cluster = snapshot["cluster"]
         self.capabilities = snapshot["capabilities"]
-        self.operator = snapshot["operator"]
-        self.operator_spec = snapshot["operator_spec"]
-        self.promised = snapshot["promised"]
-        self.source = snapshot["source"]
+        self.kuberay = snapshot["kuberay"]
+        self.install_mode = snapshot["install_mode"]
         self.notes = list(snapshot["notes"])
         assert self.cluster is not None
         self.api = api_client(self.cluster.target)
 
-    def _install_kuberay(self) -> None:
-        from conformance.install import kuberay, kuberay_chart  # noqa: PLC0415 - the local build machinery
+    def under_test(self) -> KubeRayUnderTest:
+        """The KubeRay under test: as installed once prepared (or attached to), else as the install
+        will make it (the checks' collection, `list`)."""
+        return self.kuberay if self.kuberay is not None else self.install_mode.planned()
 
-        settings = self.options.profile.kuberay
+    def _install_kuberay(self) -> KubeRayUnderTest:
         assert self.api is not None and self.cluster is not None
-        target = self.cluster.target
-        if self.options.kuberay_install == "source":
-            spec, self.promised = self.source.install(
-                self.provider, self.api, target, self.options.timeouts.ready
-            )
-            self.operator_spec = spec
-            prov = self.source.provenance
-            self.operator = kuberay.with_version(
-                kuberay.observed_operator(self.api, settings.namespace),
-                prov.version,
-                self.promised.binary_gates,
-            )
-            self.kuberay_origin = prov.note()
-            self.notes.append(self.kuberay_origin)
-            return
-        local = settings.install == "local-build"
-        version = self._buildable_version(settings.version) if local else settings.version
-        if settings.install == "existing":
-            version, gates = settings.version, dict(settings.feature_gates)
-        else:
-            gates = {**kuberay.chart_feature_gates(version), **settings.feature_gates}
-        spec = kuberay.OperatorSpec(
-            version=version,
-            namespace=settings.namespace,
-            feature_gates=gates,
-            env=dict(settings.env),
-            extra_args=settings.extra_args,
+        self.kuberay = self.install_mode.install(
+            self.provider,  # type: ignore[arg-type] - loads images only where the mode builds them
+            self.api,
+            self.cluster.target,
+            self.options.timeouts.ready,
         )
-        self.operator_spec = spec
-        if settings.install == "existing":
-            self.operator_spec = _spec_of_running(self.api, settings.namespace)
-            self.operator = kuberay.observed_operator(self.api, settings.namespace)
-            try:  # a version whose chart defaults the harness has recorded, and Go to read its CRDs
-                self.promised = kuberay_chart.promised_by_tables(self.operator_spec, settings.feature_gates)  # type: ignore[arg-type]
-            except HarnessError as exc:
-                self.notes.append(f"the operator's chart defaults and CRDs cannot be known here: {exc}")
-            return
-        ready = self.options.timeouts.ready
-        if local:
-            kuberay_chart.clear_other_installs(
-                target, self.api, settings.namespace, kuberay_chart.LOCAL_BUILD, ready
-            )
-            kuberay.install_local(self.provider, self.api, spec)  # type: ignore[arg-type]
-            self.promised = kuberay_chart.promised_by_tables(spec, settings.feature_gates)
-            self.kuberay_origin = (
-                f"KubeRay {version} built from its Go module and installed from the harness's hand-made "
-                "imitation of its Helm chart (manifests/kuberay/operator.yaml): a module has no chart; "
-                "--kuberay-source DIR installs a checkout with its own"
-            )
-        else:
-            source = kuberay_chart.ChartSource.repository(version)
-            kuberay_chart.install_chart(target, self.api, spec, source, ready)
-            self.promised = kuberay_chart.promised_by_repository(source, settings.feature_gates, version)
-            self.kuberay_origin = f"KubeRay {version} installed with Helm from chart {source.describe()}"
-        self.notes.append(self.kuberay_origin)
-        kuberay.wait_ready(self.api, spec, ready)
-        self.operator = kuberay.observed_operator(self.api, settings.namespace)
-
-    def report_fields(self) -> dict[str, Any]:
-        """How KubeRay was installed and what its files promise, for summary.json's environment."""
-        fields: dict[str, Any] = {"kuberay_install": self.options.kuberay_install}
-        if self.kuberay_origin:
-            fields["kuberay_origin"] = self.kuberay_origin
-        if self.source is not None and self.source.provenance is not None:
-            fields["kuberay_source"] = self.source.provenance.as_json()
-        if self.promised is not None:
-            fields["kuberay_promised"] = self.promised.as_json()
-        return fields
+        self.notes += [note for note in self.kuberay.notes if note]
+        return self.kuberay
 
     def _install_gateway(self) -> None:
         profile = self.options.profile
@@ -322,28 +226,14 @@ class Environment:
         )
         self.notes.append(gateway.note(facts))
 
-    def _buildable_version(self, requested: str) -> str:
-        """The requested KubeRay, or the newest older release the Go proxy serves source for."""
-        from conformance.build import gobuild  # noqa: PLC0415
-        from conformance.install import kuberay  # noqa: PLC0415
-
-        cache = self.provider.cache  # type: ignore[attr-defined]
-        resolved = gobuild.resolve(kuberay.operator_tool(requested), cache)
-        if resolved.version != requested:
-            self.notes.append(
-                f"KubeRay {requested} was asked for, but the Go module proxy serves no source for it; "
-                f"the newest served release {resolved.version} was built and is what these results describe"
-            )
-        return resolved.version
-
     def _provide_images(self) -> None:
-        if self.options.kuberay_install not in ("local-build", "source"):
+        if not self.install_mode.builds_images:
             return  # public images, pulled by the cluster
         from conformance.build import ray_images  # noqa: PLC0415
 
-        cache = getattr(self.provider, "cache", None)
-        if cache is None:
+        if not isinstance(self.provider, LoadsImages):
             raise ProvisioningError("the provider has no image cache", "use the local provider")
+        cache = self.provider.cache
         for version in self.options.versions_to_test:
             archive = ray_images.ray_image(cache, version)
             expected = self.options.profile.ray_image(version)
@@ -353,7 +243,7 @@ class Environment:
                     f"but the local build makes {archive.ref}",
                     "set images.ray in the profile to localhost/kuberay-conformance/ray:{ray_version}",
                 )
-            self.provider.load_image(archive)  # type: ignore[attr-defined]
+            self.provider.load_image(archive)
         redis = ray_images.redis_image(cache)
         if redis.ref != self.options.profile.redis_image:
             raise UsageError(
@@ -361,7 +251,7 @@ class Environment:
                 f"but the local build makes {redis.ref}",
                 f"set images.redis in the profile to {redis.ref}",
             )
-        self.provider.load_image(redis)  # type: ignore[attr-defined]
+        self.provider.load_image(redis)
 
     def teardown(self) -> list[str]:
         if self.options.keep_cluster:
@@ -416,31 +306,3 @@ def _builds_here(provider: str) -> bool:
     and, through `kind load`, a kind cluster made as root; the load generator needs none (it is
     copied into a Ray image pod)."""
     return provider == "local" or (provider == "kind" and os.geteuid() == 0)
-
-
-RAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
-
-
-def _require_kuberay_crds(api: client.ApiClient) -> None:
-    extensions = client.ApiextensionsV1Api(api)
-    served = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
-    missing = [name for name in RAY_CRDS if name not in served]
-    if missing:
-        raise UsageError(
-            f"the cluster has no KubeRay CRDs ({', '.join(missing)} missing)",
-            "install KubeRay first, or use a profile whose kuberay.install is helm",
-        )
-
-
-def _spec_of_running(api: client.ApiClient, namespace: str) -> object:
-    """An OperatorSpec describing the operator that already runs, for waits that need one."""
-    from conformance.install import kuberay  # noqa: PLC0415
-
-    facts = kuberay.observed_operator(api, namespace)
-    return kuberay.OperatorSpec(
-        version=facts.version or "v0.0.0",
-        namespace=namespace,
-        feature_gates=dict(facts.feature_gates),
-        watch_namespaces=facts.watch_namespaces,
-        leader_election=facts.leader_election,
-    )

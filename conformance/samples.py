@@ -69,27 +69,24 @@ class SamplesUnknown(Exception):
 
 def locate(environment: Any) -> Path:
     """The samples folder of the KubeRay under test: the checkout's, or the Go module's of the
-    version the install builds or deploys (the same resolution the install makes)."""
-    from conformance.build import gobuild  # noqa: PLC0415
-    from conformance.build.cache import cache_dir  # noqa: PLC0415 - any provider's builds
+    version the install builds or deploys (the install's own resolution, `Environment.under_test`)."""
     from conformance.checks import NOT_APPLICABLE  # noqa: PLC0415
-    from conformance.install import kuberay  # noqa: PLC0415 - the local build machinery
-    from conformance.install.kuberay_source import Checkout  # noqa: PLC0415
 
-    options = environment.options
-    if options.kuberay_source:
-        return Checkout(Path(options.kuberay_source).expanduser().resolve()).operator_dir / SAMPLES_DIR
-    if options.kuberay_install == "existing":
-        why = "kuberay.install is existing: the samples of a KubeRay the run did not install are not known"
-        raise SamplesUnknown(why, NOT_APPLICABLE + why + " (pass --kuberay-source DIR to test a checkout)")
-    version = "v" + options.profile.kuberay.version.removeprefix("v")
+    version = "v" + environment.options.profile.kuberay.version.removeprefix("v")
     try:
-        if options.kuberay_install == "local-build":
-            version = gobuild.resolve(kuberay.operator_tool(version), cache_dir()).version
-        return kuberay.module_dir(version) / SAMPLES_DIR
+        kuberay = environment.under_test()
+        version = "v" + (kuberay.version or version).removeprefix("v")
+        operator_dir = kuberay.operator_dir()
     except (HarnessError, OSError) as exc:
         why = f"the samples of KubeRay {version} could not be read: {exc}"
         raise SamplesUnknown(why, why) from exc
+    if operator_dir is None:
+        why = (
+            f"kuberay.install is {kuberay.install}: "
+            "the samples of a KubeRay the run did not install are not known"
+        )
+        raise SamplesUnknown(why, NOT_APPLICABLE + why + " (pass --kuberay-source DIR to test a checkout)")
+    return operator_dir / SAMPLES_DIR
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,21 @@
 """The one small interface every provider implements, and what suites get from it.
 
 Suites see a `Cluster` and never which provider made it. A provider makes (or attaches
-to) a cluster, says how it is doing, and takes down what it made.
+to) a cluster, says how it is doing, and takes down what it made. What only some providers
+offer is declared as a protocol of its own (`Preflight`, `ReadsCluster`, `LoadsImages`,
+`NodeFaults`) and asked with `isinstance`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from conformance.kube.target import KubeTarget
+
+if TYPE_CHECKING:
+    from conformance.build.image_cache import ImageArchive
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,33 @@ class Provider(Protocol):
     def env(self) -> dict[str, str]:
         """The exports a shell needs to use the cluster (KUBECONFIG, PATH)."""
         ...
+
+
+@runtime_checkable
+class Preflight(Protocol):
+    """A provider with checks that need no cluster (tools, credentials, region, budget) and create nothing."""
+
+    def preflight(self) -> object: ...
+
+
+@runtime_checkable
+class ReadsCluster(Protocol):
+    """A provider that can say which cluster is its own without changing anything (the existing
+    provider cannot: its `up` checks reachability, changing nothing)."""
+
+    def cluster(self) -> Cluster:
+        """The cluster as `up` returned it (its kubeconfig may not exist yet)."""
+        ...
+
+
+@runtime_checkable
+class LoadsImages(Protocol):
+    """A provider whose cluster takes images built on this machine (local, kind): where its builds
+    are cached, and how an image gets into every node."""
+
+    cache: Path
+
+    def load_image(self, archive: ImageArchive) -> None: ...
 
 
 @runtime_checkable

@@ -125,11 +125,11 @@ class ControllerRun(ConformanceRun):
         )
 
     def _record_environment(self) -> None:
-        caps = self.environment.capabilities
-        assert caps is not None
+        caps, kuberay = self.environment.capabilities, self.environment.kuberay
+        assert caps is not None and kuberay is not None
         self.summary.versions = {
             "kubernetes": caps.kubernetes_version,
-            "kuberay": caps.kuberay_version,
+            "kuberay": kuberay.observed,
             "ray": ",".join(self.options.versions_to_test),
         }
         self.summary.environment = {
@@ -140,10 +140,10 @@ class ControllerRun(ConformanceRun):
             "gateway_classes": list(caps.gateway_classes),
             "default_storage_classes": list(caps.default_storage_classes),
             "profile_source": str(self.options.profile.source),
-            "kuberay_requested": self.options.profile.kuberay.version,
+            "kuberay_requested": kuberay.requested,
             "head_service_type": self.options.profile.head_service_type,
             "notes": list(self.environment.notes),
-            **self.environment.report_fields(),
+            **kuberay.report_fields(),
         }
 
     def note(self, text: str) -> None:

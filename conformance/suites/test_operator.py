@@ -58,12 +58,12 @@ def test_raycronjob_crd_is_served_at_v1(conformance: Environment, api: client.Ap
 
 
 def _promised(conformance: Environment) -> kuberay_chart.Promised:
-    if conformance.promised is None:
+    if conformance.kuberay.promised is None:
         pytest.skip(
             NOT_APPLICABLE + f"kuberay.install is {conformance.options.kuberay_install}: the harness "
             "installed no chart and has none of its files to compare with"
         )
-    return conformance.promised
+    return conformance.kuberay.promised
 
 
 @pytest.mark.smoke
@@ -567,7 +567,7 @@ def previous_operator(
             NOT_APPLICABLE + f"kuberay.install is {install}: the harness installs an older operator "
             "only where it builds the operator itself (local-build, or --kuberay-source)"
         )
-    spec: kuberay.OperatorSpec = conformance.operator_spec  # type: ignore[assignment]
+    spec: kuberay.OperatorSpec = conformance.kuberay.spec  # type: ignore[assignment]
     previous = operator_upgrade.previous_minor(spec.version)
     if previous not in kuberay.CHART_FEATURE_GATES:
         pytest.skip(
@@ -586,7 +586,7 @@ def previous_operator(
 
         def upgrade() -> float:
             return operator_upgrade.helm_upgrade(
-                api, conformance.source, conformance.provider, target, timeouts.ready
+                api, conformance.install_mode.source, conformance.provider, target, timeouts.ready
             )  # type: ignore[arg-type]
 
         def restore() -> None:

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from second_apiserver import second_apiserver
 
-from conformance.environment import RAY_CRDS
+from conformance.install.modes import RAY_CRDS
 from conformance.providers.local.provider import LocalProvider
 
 

@@ -18,8 +18,8 @@ from cli_runs import run_cli
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from conformance.environment import RAY_CRDS
 from conformance.install import kuberay
+from conformance.install.modes import RAY_CRDS
 from conformance.kube.wait import wait_gone
 from conformance.providers.base import Cluster
 

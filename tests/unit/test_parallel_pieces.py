@@ -17,7 +17,11 @@ from conformance import capacity, parallel, profiles
 from conformance.cluster_lock import Holder
 from conformance.environment import Environment, RunOptions
 from conformance.exclusive import ClusterTurn
+from conformance.install.kuberay import OperatorSpec
+from conformance.install.kuberay_chart import Promised
+from conformance.install.modes import CheckoutInstall
 from conformance.install.source_install import SourceInstall
+from conformance.install.under_test import KubeRayUnderTest
 from conformance.providers.base import Cluster
 from conformance.report.summary import TestResult as Result
 
@@ -148,12 +152,19 @@ def test_a_worker_attaches_to_everything_the_controller_prepared(tmp_path: Path)
     options = RunOptions("local", profiles.load("default"), tmp_path, "r1", kuberay_source="/src")
     prepared = Environment(options)
     prepared.cluster = Cluster("local", kubeconfig)
-    prepared.operator_spec, prepared.promised, prepared.notes = "spec", "promised", ["a note"]
-    prepared.source = SourceInstall("/src", "kuberay-system", {"RayCronJob": True}, tmp_path)
+    promised = Promised("chart", {"RayCronJob": False}, {"RayCronJob": True})
+    prepared.kuberay = KubeRayUnderTest(
+        "source", "v1.7.0", "v1.7.1", "built from source", Path("/src"), ("a fact",), "v1.7.1",
+        {"RayCronJob": True}, OperatorSpec("v1.7.0"), promised=promised,
+    )  # fmt: skip
+    prepared.notes = ["a note"]
+    assert isinstance(prepared.install_mode, CheckoutInstall)
+    prepared.install_mode.source = SourceInstall("/src", "kuberay-system", {"RayCronJob": True}, tmp_path)
     worker = Environment(options)
     worker.attach(pickle.loads(pickle.dumps(prepared.snapshot())))  # as parallel.pack carries it
-    for name in ("cluster", "capabilities", "operator", "operator_spec", "promised", "source", "notes"):
+    for name in ("cluster", "capabilities", "kuberay", "install_mode", "notes"):
         assert getattr(worker, name) == getattr(prepared, name), name
+    assert worker.install_mode.source == prepared.install_mode.source  # type: ignore[attr-defined]
     assert worker.api is not None
 
 

@@ -56,7 +56,7 @@ class Counts:
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Counts:
     counted = Counts()
-    load, make, check_source = profiles.load, Environment.__init__, Environment._check_source
+    load, make, check_kuberay = profiles.load, Environment.__init__, Environment._check_kuberay
 
     def counting_load(name: str) -> profiles.Profile:
         counted.profiles.append(name)
@@ -66,9 +66,9 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Counts:
         counted.environments.append(self)
         make(self, run_options)  # type: ignore[arg-type]
 
-    def counting_check_source(self: Environment) -> None:  # one call per run of check_input's body
+    def counting_check_kuberay(self: Environment) -> None:  # one call per run of check_input's body
         counted.input_checks += 1
-        check_source(self)
+        check_kuberay(self)
 
     def prepare(self: Environment, claim: object = None) -> None:
         counted.prepared.append(self)
@@ -86,7 +86,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Counts:
     (suite / f"test_small_{uuid.uuid4().hex[:8]}.py").write_text(SUITE)  # one module name per session
     monkeypatch.setattr(profiles, "load", counting_load)
     monkeypatch.setattr(Environment, "__init__", counting_make)
-    monkeypatch.setattr(Environment, "_check_source", counting_check_source)
+    monkeypatch.setattr(Environment, "_check_kuberay", counting_check_kuberay)
     monkeypatch.setattr(Environment, "prepare", prepare)
     monkeypatch.setattr(Environment, "reachable_api", lambda self: None)
     monkeypatch.setattr(
