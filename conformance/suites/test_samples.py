@@ -104,7 +104,7 @@ def _adaptation(profile: Profile, ray_version: str) -> samples.Adaptation:
 
 
 def _offer(
-    api: client.ApiClient, environment: Environment, caps: Capabilities, sample: samples.Sample
+    api: client.ApiClient, environment: Environment, caps: Capabilities, sample: samples.SampleManifest
 ) -> samples.Offer:
     core = client.CoreV1Api(api)
     nodes = core.list_node().items
@@ -130,7 +130,7 @@ def _offer(
     )
 
 
-def _served(api: client.ApiClient, sample: samples.Sample) -> dict[tuple[str, str], bool]:
+def _served(api: client.ApiClient, sample: samples.SampleManifest) -> dict[tuple[str, str], bool]:
     """For each API the sample uses that the cluster serves: whether its objects are namespaced."""
     resources_ = dynamic.DynamicClient(api).resources
     served = {}
@@ -152,7 +152,7 @@ def _extended_resources(nodes: list[Any]) -> dict[str, int]:
     return most
 
 
-def _create(api: client.ApiClient, namespace: str, sample: samples.Sample) -> dict[str, Any]:
+def _create(api: client.ApiClient, namespace: str, sample: samples.SampleManifest) -> dict[str, Any]:
     """Create the sample's objects in the check's namespace, in file order; returns the Ray object
     the check follows, as the API server made it (a `generateName` gets its name there)."""
     resources_ = dynamic.DynamicClient(api).resources
