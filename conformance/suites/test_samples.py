@@ -24,11 +24,11 @@ from conformance.checks import NOT_APPLICABLE, RUN_KEY
 from conformance.environment import Environment
 from conformance.errors import HarnessError
 from conformance.install import kuberay
+from conformance.kube.manifests import pod_resources
 from conformance.kube.pods import is_ready
 from conformance.kube.ray import ExecError, Ray
 from conformance.kube.wait import WaitTimeout, behaviour, wait_for
 from conformance.profiles import Profile
-from conformance.suites.conftest import resources
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("samples")
@@ -98,8 +98,8 @@ def _adaptation(profile: Profile, ray_version: str) -> samples.Adaptation:
         ray_version=ray_version,
         redis_image=profile.redis_image,
         pull_policy=profile.pull_policy,
-        head_resources=resources(profile.head_resources),
-        worker_resources=resources(profile.worker_resources),
+        head_resources=pod_resources(profile.head_resources),
+        worker_resources=pod_resources(profile.worker_resources),
     )
 
 

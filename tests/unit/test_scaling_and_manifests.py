@@ -9,7 +9,7 @@ import yaml
 
 from conformance import profiles
 from conformance.kube import rayservice as rs
-from conformance.kube.manifests import render, render_all
+from conformance.kube.manifests import manifest_values, render, render_all
 from conformance.kube.scaling import (
     GroupReading,
     ScaleReading,
@@ -20,7 +20,6 @@ from conformance.kube.scaling import (
 )
 from conformance.profiles import load
 from conformance.suites.autoscaling import ScaleDownWindow
-from conformance.suites.conftest import manifest_values
 from conformance.suites.test_autoscaling_variants import _judge_ramp
 from conformance.suites.test_raycluster_lifecycle import _indexed
 
