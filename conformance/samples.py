@@ -90,7 +90,9 @@ def locate(environment: Any) -> Path:
 
 
 @dataclass(frozen=True)
-class Sample:
+class SampleManifest:
+    """One of KubeRay's sample manifests (ray-operator/config/samples/): its file and its objects."""
+
     file: str
     documents: tuple[dict[str, Any], ...]
 
@@ -105,9 +107,9 @@ class Sample:
         return next(doc for doc in self.documents if doc.get("kind") == self.kind)
 
 
-def load(path: Path) -> Sample:
+def load(path: Path) -> SampleManifest:
     documents = tuple(doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict))
-    return Sample(path.name, documents)
+    return SampleManifest(path.name, documents)
 
 
 def listing(samples_dir: Path) -> list[str]:
@@ -136,7 +138,7 @@ class Adaptation:
     worker_resources: dict[str, Any]
 
 
-def adapt(sample: Sample, to: Adaptation) -> Sample:
+def adapt(sample: SampleManifest, to: Adaptation) -> SampleManifest:
     documents = copy.deepcopy(list(sample.documents))
     for doc in documents:
         for path, pod_spec in pod_specs(doc):
@@ -155,7 +157,7 @@ def adapt(sample: Sample, to: Adaptation) -> Sample:
         spec = cluster_spec(doc)
         if spec is not None and "rayVersion" in spec:
             spec["rayVersion"] = to.ray_version
-    return Sample(sample.file, tuple(documents))
+    return SampleManifest(sample.file, tuple(documents))
 
 
 def _sized(asked: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
@@ -172,14 +174,14 @@ def _plain(resource: str) -> bool:
     return resource in _PLAIN_RESOURCES or resource.startswith("hugepages-")
 
 
-def in_namespace(sample: Sample, namespace: str) -> Sample:
+def in_namespace(sample: SampleManifest, namespace: str) -> SampleManifest:
     """Samples bind roles to service accounts of the namespace `default`; here, of the check's."""
     documents = copy.deepcopy(list(sample.documents))
     for doc in documents:
         for subject in doc.get("subjects") or []:
             if subject.get("kind") == "ServiceAccount" and subject.get("namespace") == "default":
                 subject["namespace"] = namespace
-    return Sample(sample.file, tuple(documents))
+    return SampleManifest(sample.file, tuple(documents))
 
 
 def cluster_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -232,7 +234,7 @@ def normalized_image(image: str) -> str:
     return name
 
 
-def needs(sample: Sample, offer: Offer) -> list[str]:
+def needs(sample: SampleManifest, offer: Offer) -> list[str]:
     """What the (adapted) sample needs that the cluster lacks; empty when it can run here."""
     made = {(doc.get("kind"), (doc.get("metadata") or {}).get("name")) for doc in sample.documents}
     reasons: list[str] = []

@@ -8,6 +8,7 @@ import jinja2
 import yaml
 
 from conformance import resources
+from conformance.profiles import POD_REQUESTS, Profile
 
 MANIFESTS = resources.path("manifests")
 
@@ -39,3 +40,24 @@ def render_all(template: str, **values: Any) -> list[dict[str, Any]]:
     """Render a multi-document template (an add-on: a Deployment and its Service) into its objects."""
     text = _env.get_template(template).render(**values)
     return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def pod_resources(limits: dict[str, str]) -> dict[str, Any]:
+    """Small requests so a head and two workers fit a 2-core node; Ray sizes itself by the limits."""
+    return {"limits": limits, "requests": dict(POD_REQUESTS)}
+
+
+def manifest_values(profile: Profile, ray_version: str) -> dict[str, Any]:
+    """Values every Ray manifest template takes, from the profile; checks add their own."""
+    return {
+        "ray_version": ray_version,
+        "image": profile.ray_image(ray_version),
+        "pull_policy": profile.pull_policy,
+        "head_resources": pod_resources(profile.head_resources),
+        "worker_resources": pod_resources(profile.worker_resources),
+        "head_num_cpus": 0,
+        "workers": [],
+        "autoscaling": False,
+        "gpu_resource": profile.gpu.resource,
+        "head_service_type": profile.head_service_type,
+    }

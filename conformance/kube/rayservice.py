@@ -307,7 +307,7 @@ def wait_sole_catch_all(api: client.ApiClient, namespace: str, timeout: float) -
 
 
 @dataclass(frozen=True)
-class Sample:
+class RayServiceReading:
     """What the RayService status and its HTTPRoute said at one moment (checked in load/traffic.py)."""
 
     at: float  # epoch seconds
@@ -320,7 +320,7 @@ class Sample:
     weights: dict[str, int] = field(default_factory=dict)  # cluster -> HTTPRoute backend weight
 
 
-def sample_of(svc: dict[str, Any], route: dict[str, Any] | None, at: float) -> Sample:
+def reading_of(svc: dict[str, Any], route: dict[str, Any] | None, at: float) -> RayServiceReading:
     status = svc.get("status", {})
     percent: dict[str, int] = {}
     capacity: dict[str, int] = {}
@@ -339,7 +339,7 @@ def sample_of(svc: dict[str, Any], route: dict[str, Any] | None, at: float) -> S
     weights = {
         svc_name.removesuffix("-serve-svc"): weight for svc_name, weight in route_weights(route or {}).items()
     }
-    return Sample(
+    return RayServiceReading(
         at=at,
         active=active_cluster(svc),
         pending=pending_cluster(svc),
@@ -361,7 +361,7 @@ class Sampler:
         # Reads on a client of its own: the check execs (probes) on its client meanwhile.
         self._reader = Ray(own_client(ray.api), ray.namespace)
         self.gateways = Gateways(self._reader.api, ray.namespace)
-        self.samples: list[Sample] = []
+        self.samples: list[RayServiceReading] = []
         self.errors: list[str] = []
         self.reads: list[float] = []  # epoch seconds of each successful read
         self._stop = threading.Event()
@@ -382,7 +382,7 @@ class Sampler:
         if self._crash is not None and exc_type is None:
             raise crashed(f"RayService {self.name}", self._crash) from self._crash
 
-    def latest(self) -> Sample | None:
+    def latest(self) -> RayServiceReading | None:
         return self.samples[-1] if self.samples else None
 
     def problems(self) -> list[str]:
@@ -419,13 +419,13 @@ class Sampler:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-        sample = sample_of(svc, route, time.time())
+        sample = reading_of(svc, route, time.time())
         self.reads.append(sample.at)
         last = self.latest()
         if last is None or _changed(last, sample):
             self.samples.append(sample)
 
 
-def _changed(before: Sample, after: Sample) -> bool:
+def _changed(before: RayServiceReading, after: RayServiceReading) -> bool:
     keys = ("active", "pending", "percent", "capacity", "migrated_at", "conditions", "weights")
     return any(getattr(before, k) != getattr(after, k) for k in keys)

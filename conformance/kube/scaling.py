@@ -34,15 +34,19 @@ MAX_GAP_PERIODS = 5
 
 
 @dataclass(frozen=True)
-class GroupSample:
+class GroupReading:
+    """One worker group as a `ScaleReading` saw it."""
+
     desired: int  # spec.workerGroupSpecs[].replicas: what the autoscaler asked for
     pods: dict[str, int]  # pods of the group that are not being deleted, by phase
 
 
 @dataclass(frozen=True)
-class Sample:
+class ScaleReading:
+    """What a RayCluster's worker groups, Ray and Serve said at one moment (taken by `ScaleWatcher`)."""
+
     t: float  # seconds since the watcher started
-    groups: dict[str, GroupSample]
+    groups: dict[str, GroupReading]
     ray_alive_workers: int | None  # None: the dashboard did not answer this time
     # Replicas of the watched Serve deployment by state (RUNNING, STOPPING, ...); None: unknown.
     serve_replicas: dict[str, int] | None = None
@@ -78,7 +82,7 @@ class ScaleWatcher:
     recording: ReplicaRecording | None = None
     every_s: float = SAMPLE_EVERY_S
     serve_deployment: tuple[str, str] | None = None  # (application, deployment) to count replicas of
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[ScaleReading] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -151,11 +155,11 @@ class ScaleWatcher:
             name = spec["groupName"]
             mine = [p for p in pods if p.metadata.labels.get("ray.io/group") == name]
             phases = dict(Counter(p.status.phase for p in mine))
-            groups[name] = GroupSample(int(spec.get("replicas", 0)), phases)
+            groups[name] = GroupReading(int(spec.get("replicas", 0)), phases)
         head = next((p for p in pods if p.metadata.labels.get("ray.io/node-type") == "head"), None)
         alive = self._alive_workers(head)
         replicas, proxies = self._serve(head) if self.serve_deployment else (None, None)
-        sample = Sample(round(time.monotonic() - self._started, 2), groups, alive, replicas, proxies)
+        sample = ScaleReading(round(time.monotonic() - self._started, 2), groups, alive, replicas, proxies)
         self.samples.append(sample)
         self._record(sample)
 
@@ -185,7 +189,7 @@ class ScaleWatcher:
         except (*LOST_SAMPLE, ValueError):
             return None
 
-    def _record(self, sample: Sample) -> None:
+    def _record(self, sample: ScaleReading) -> None:
         if not self.recording:
             return
         for name, group in sample.groups.items():
@@ -226,7 +230,7 @@ def alive_workers(listing: dict[str, Any]) -> int:
     return sum(1 for n in nodes if n.get("state") == "ALIVE" and not n.get("is_head_node"))
 
 
-def partial_replica_streak(samples: list[Sample], group: str, hosts: int) -> int:
+def partial_replica_streak(samples: list[ScaleReading], group: str, hosts: int) -> int:
     """The longest run of consecutive samples in which `group` had a partial multi-host replica
     (a pod count that is not a multiple of `hosts`): one sample may catch pods mid-creation."""
     longest = current = 0

@@ -1,8 +1,8 @@
 """How traffic moved during a RayService upgrade: checks over status samples and request records,
 and the per-second timeline a report draws. Pure: samples and records in, findings out.
 
-A `Sample` (conformance/kube/rayservice.py) is what the RayService status and its HTTPRoute said
-at one moment (the sampler there takes one whenever something changed). Clusters are named, not
+A `RayServiceReading` (conformance/kube/rayservice.py) is what the RayService status and its
+HTTPRoute said at one moment (the sampler there takes one whenever something changed). Clusters are named, not
 given roles, because the pending cluster becomes the active one at promotion.
 """
 
@@ -16,7 +16,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from conformance.errors import HarnessError
-from conformance.kube.rayservice import Sample
+from conformance.kube.rayservice import RayServiceReading
 
 from . import analysis
 from .records import Record
@@ -41,16 +41,16 @@ def _changes(values: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
     return out
 
 
-def percent_series(samples: Sequence[Sample], cluster: str) -> list[tuple[float, int]]:
+def percent_series(samples: Sequence[RayServiceReading], cluster: str) -> list[tuple[float, int]]:
     return _changes([(s.at, s.percent[cluster]) for s in samples if cluster in s.percent])
 
 
-def weight_series(samples: Sequence[Sample], cluster: str) -> list[tuple[float, int]]:
+def weight_series(samples: Sequence[RayServiceReading], cluster: str) -> list[tuple[float, int]]:
     return _changes([(s.at, s.weights[cluster]) for s in samples if cluster in s.weights])
 
 
 def check_steps(
-    samples: Sequence[Sample], new: str, step: int, interval_s: int, what: str = "traffic"
+    samples: Sequence[RayServiceReading], new: str, step: int, interval_s: int, what: str = "traffic"
 ) -> Findings:
     """The new cluster's share (status trafficRoutedPercent and HTTPRoute weight) only grows, by at
     most `step` at a time, and status steps are at least `interval_s` apart (one second of slack:
@@ -94,7 +94,7 @@ def check_steps(
     return found
 
 
-def check_capacity(samples: Sequence[Sample], max_surge: int) -> Findings:
+def check_capacity(samples: Sequence[RayServiceReading], max_surge: int) -> Findings:
     """targetCapacity: the two clusters together never exceed 100 + maxSurgePercent, each moves by
     at most maxSurgePercent, and the pending cluster never gets more traffic than its capacity.
     Samples with no targetCapacity of a pending cluster are no evidence: at least one is needed."""
@@ -123,10 +123,10 @@ def check_capacity(samples: Sequence[Sample], max_surge: int) -> Findings:
 @dataclass(frozen=True)
 class Promotion:
     at: float | None  # when the new cluster was first seen active
-    before: Sample | None  # the last sample before that
+    before: RayServiceReading | None  # the last sample before that
 
 
-def promotion(samples: Sequence[Sample], new: str) -> Promotion:
+def promotion(samples: Sequence[RayServiceReading], new: str) -> Promotion:
     for index, s in enumerate(samples):
         if s.active == new:
             return Promotion(s.at, samples[index - 1] if index else None)
@@ -134,7 +134,7 @@ def promotion(samples: Sequence[Sample], new: str) -> Promotion:
 
 
 def held_while_paused(
-    samples: Sequence[Sample], active: str, pending: str, start: float, end: float
+    samples: Sequence[RayServiceReading], active: str, pending: str, start: float, end: float
 ) -> Findings:
     """Between `start` and `end` (an upgrade held up on purpose): `active` stays the active
     cluster, no rollback begins, and `pending` gains neither trafficRoutedPercent nor route
@@ -225,7 +225,7 @@ def promoted_at_full_shift(p: Promotion, old: str, new: str) -> str:
     return ""
 
 
-def weight_at(samples: Sequence[Sample], cluster: str, at: float) -> int | None:
+def weight_at(samples: Sequence[RayServiceReading], cluster: str, at: float) -> int | None:
     """The HTTPRoute weight of `cluster` in force at `at` (None before any sample names it)."""
     current = None
     for s in samples:
@@ -245,7 +245,7 @@ class TooFewAnswers(HarnessError):
     """No stretch of constant route weights held enough answers to judge: a failure of evidence."""
 
 
-def weight_shares(samples: Sequence[Sample], new: str) -> list[tuple[float, float]]:
+def weight_shares(samples: Sequence[RayServiceReading], new: str) -> list[tuple[float, float]]:
     """(when first seen, percent of the route's total weight on `new`) at each change of that share.
 
     Samples whose weights did not change it (a status-only change, the route rewritten with the
@@ -274,7 +274,7 @@ class Window:
 
 
 def share_windows(
-    records: Sequence[Record], samples: Sequence[Sample], new: str, allowance_s: float
+    records: Sequence[Record], samples: Sequence[RayServiceReading], new: str, allowance_s: float
 ) -> list[Window]:
     """For each stretch where `new`'s share of the route weights held still, the share of answers
     from `new`, counting only answers sent `allowance_s` or more after the change: a Gateway's
@@ -327,7 +327,9 @@ def max_share_deviation(windows: Sequence[Window]) -> float | None:
     return max((d for w in windows if (d := w.deviation()) is not None), default=None)
 
 
-def propagation_delays(records: Sequence[Record], samples: Sequence[Sample], new: str) -> list[float]:
+def propagation_delays(
+    records: Sequence[Record], samples: Sequence[RayServiceReading], new: str
+) -> list[float]:
     """Seconds from each change of `new`'s route share to the answers following it, where one
     answer can tell: after a change to 0% or 100%, from the first answer of the run of answers
     from the right side that lasts to the end of the stretch; after a change away from 0%, from
@@ -367,7 +369,7 @@ def timeline(
     check: str,
     title: str,
     records: Sequence[Record],
-    samples: Sequence[Sample],
+    samples: Sequence[RayServiceReading],
     start: float,
     names: dict[str, str],
     marks: Sequence[tuple[float, str]] = (),
@@ -426,7 +428,7 @@ def _labelled(values: dict[str, int], names: dict[str, str]) -> dict[str, int]:
     return {names.get(cluster, cluster): value for cluster, value in values.items()}
 
 
-def condition_events(samples: Sequence[Sample], start: float) -> list[dict[str, object]]:
+def condition_events(samples: Sequence[RayServiceReading], start: float) -> list[dict[str, object]]:
     events: list[dict[str, object]] = []
     before: dict[str, str] = {}
     for s in samples:

@@ -20,14 +20,13 @@ from conformance.errors import HarnessError
 from conformance.install import crd_drift, kuberay, kuberay_chart, operator_upgrade, scoped_operator
 from conformance.kube import namespaces
 from conformance.kube import rayservice as rs
-from conformance.kube.manifests import render
+from conformance.kube.manifests import manifest_values, render
 from conformance.kube.pods import is_serving, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, poll_until, wait_for
 from conformance.load.generator import running
 from conformance.profiles import Profile
 from conformance.suites import cronjobs, serving
-from conformance.suites.conftest import manifest_values
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("operator")

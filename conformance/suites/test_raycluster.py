@@ -15,12 +15,11 @@ from kubernetes.client.exceptions import ApiException
 
 from conformance.capabilities import Capabilities
 from conformance.checks import NOT_APPLICABLE
-from conformance.kube.manifests import render
+from conformance.kube.manifests import manifest_values, render
 from conformance.kube.pods import is_ready, restarts
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for, wait_for, wait_gone
 from conformance.profiles import Profile
-from conformance.suites.conftest import manifest_values
 from conformance.suites.shared import Shared
 from conformance.timeouts import Timeouts
 

@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from conformance.kube.manifests import render
+from conformance.kube.manifests import manifest_values, render
 from conformance.kube.ray import Ray
 from conformance.kube.wait import behaviour, holds_for
 from conformance.profiles import Profile
 from conformance.suites import rayjobs
-from conformance.suites.conftest import manifest_values
 from conformance.suites.shared import Shared
 from conformance.timeouts import Timeouts
 

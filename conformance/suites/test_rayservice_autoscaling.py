@@ -22,7 +22,7 @@ from conformance.environment import Environment
 from conformance.exclusive import BEFORE_LOAD
 from conformance.kube import rayservice as rs
 from conformance.kube.ray import Ray
-from conformance.kube.scaling import Sample, ScaleWatcher
+from conformance.kube.scaling import ScaleReading, ScaleWatcher
 from conformance.kube.wait import behaviour
 from conformance.load import analysis
 from conformance.load.generator import running
@@ -76,7 +76,7 @@ def _values(cluster_values: dict[str, Any]) -> dict[str, Any]:
 def _at(replicas: int) -> Any:
     """A sample with `replicas` Serve replicas, all RUNNING, and as many worker pods, all Running."""
 
-    def holds(s: Sample) -> bool:
+    def holds(s: ScaleReading) -> bool:
         serving_as_many = s.replicas() == s.replicas("RUNNING") == replicas
         return serving_as_many and s.pods(GROUP) == s.pods(GROUP, "Running") == replicas
 

@@ -24,11 +24,11 @@ from conformance.checks import NOT_APPLICABLE, RUN_KEY
 from conformance.environment import Environment
 from conformance.errors import HarnessError
 from conformance.install import kuberay
+from conformance.kube.manifests import pod_resources
 from conformance.kube.pods import is_ready
 from conformance.kube.ray import ExecError, Ray
 from conformance.kube.wait import WaitTimeout, behaviour, wait_for
 from conformance.profiles import Profile
-from conformance.suites.conftest import resources
 from conformance.timeouts import Timeouts
 
 pytestmark = pytest.mark.area("samples")
@@ -98,13 +98,13 @@ def _adaptation(profile: Profile, ray_version: str) -> samples.Adaptation:
         ray_version=ray_version,
         redis_image=profile.redis_image,
         pull_policy=profile.pull_policy,
-        head_resources=resources(profile.head_resources),
-        worker_resources=resources(profile.worker_resources),
+        head_resources=pod_resources(profile.head_resources),
+        worker_resources=pod_resources(profile.worker_resources),
     )
 
 
 def _offer(
-    api: client.ApiClient, environment: Environment, caps: Capabilities, sample: samples.Sample
+    api: client.ApiClient, environment: Environment, caps: Capabilities, sample: samples.SampleManifest
 ) -> samples.Offer:
     core = client.CoreV1Api(api)
     nodes = core.list_node().items
@@ -130,7 +130,7 @@ def _offer(
     )
 
 
-def _served(api: client.ApiClient, sample: samples.Sample) -> dict[tuple[str, str], bool]:
+def _served(api: client.ApiClient, sample: samples.SampleManifest) -> dict[tuple[str, str], bool]:
     """For each API the sample uses that the cluster serves: whether its objects are namespaced."""
     resources_ = dynamic.DynamicClient(api).resources
     served = {}
@@ -152,7 +152,7 @@ def _extended_resources(nodes: list[Any]) -> dict[str, int]:
     return most
 
 
-def _create(api: client.ApiClient, namespace: str, sample: samples.Sample) -> dict[str, Any]:
+def _create(api: client.ApiClient, namespace: str, sample: samples.SampleManifest) -> dict[str, Any]:
     """Create the sample's objects in the check's namespace, in file order; returns the Ray object
     the check follows, as the API server made it (a `generateName` gets its name there)."""
     resources_ = dynamic.DynamicClient(api).resources

@@ -31,10 +31,9 @@ from conformance.checks import NOT_APPLICABLE, RUN_KEY
 from conformance.environment import Environment
 from conformance.install import kuberay
 from conformance.kube import diagnostics
-from conformance.kube.manifests import render, render_all
+from conformance.kube.manifests import manifest_values, render, render_all
 from conformance.kube.ray import Ray
 from conformance.profiles import Profile
-from conformance.suites.conftest import manifest_values
 from conformance.suites.shared import Shared
 from conformance.timeouts import Timeouts
 

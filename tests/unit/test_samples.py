@@ -57,7 +57,7 @@ def _offer(**changes: Any) -> samples.Offer:
 
 
 def _needs(*documents: dict[str, Any], offer: samples.Offer | None = None) -> list[str]:
-    sample = samples.adapt(samples.Sample("s.yaml", documents), TO)
+    sample = samples.adapt(samples.SampleManifest("s.yaml", documents), TO)
     return samples.needs(sample, offer or _offer())
 
 
@@ -72,7 +72,7 @@ def test_listing_holds_the_files_with_a_ray_object(tmp_path: Path) -> None:
 
 def test_the_job_is_followed_when_a_file_also_holds_its_cluster() -> None:
     job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "j"}, "spec": {}}
-    sample = samples.Sample("s.yaml", (_cluster(), job))
+    sample = samples.SampleManifest("s.yaml", (_cluster(), job))
     assert sample.kind == "RayJob"
     assert sample.main is job
 
@@ -88,7 +88,7 @@ def test_adapt_swaps_ray_and_redis_images_sizes_and_ray_version_only() -> None:
     }
     cluster = _cluster(head)
     cluster["spec"]["workerGroupSpecs"][0]["template"] = _pod("rayproject/ray-ml:2.46.0-gpu")
-    adapted = samples.adapt(samples.Sample("s.yaml", (cluster,)), TO).documents[0]["spec"]
+    adapted = samples.adapt(samples.SampleManifest("s.yaml", (cluster,)), TO).documents[0]["spec"]
     head_containers = adapted["headGroupSpec"]["template"]["spec"]["containers"]
     assert head_containers[0]["image"] == RAY_IMAGE
     assert head_containers[0]["resources"] == {"limits": {"cpu": "1"}}
@@ -228,7 +228,7 @@ def test_role_bindings_to_the_default_namespace_move_to_the_checks() -> None:
         "metadata": {"name": "b"},
         "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "default"}],
     }
-    moved = samples.in_namespace(samples.Sample("s.yaml", (binding,)), "krc-x")
+    moved = samples.in_namespace(samples.SampleManifest("s.yaml", (binding,)), "krc-x")
     assert moved.documents[0]["subjects"][0]["namespace"] == "krc-x"
     assert binding["subjects"][0]["namespace"] == "default"
 

@@ -9,10 +9,10 @@ import yaml
 
 from conformance import profiles
 from conformance.kube import rayservice as rs
-from conformance.kube.manifests import render, render_all
+from conformance.kube.manifests import manifest_values, render, render_all
 from conformance.kube.scaling import (
-    GroupSample,
-    Sample,
+    GroupReading,
+    ScaleReading,
     alive_workers,
     live_proxies,
     partial_replica_streak,
@@ -20,7 +20,6 @@ from conformance.kube.scaling import (
 )
 from conformance.profiles import load
 from conformance.suites.autoscaling import ScaleDownWindow
-from conformance.suites.conftest import manifest_values
 from conformance.suites.test_autoscaling_variants import _judge_ramp
 from conformance.suites.test_raycluster_lifecycle import _indexed
 
@@ -38,8 +37,8 @@ VALUES: dict[str, Any] = {
 }
 
 
-def _sample(t: float, pods: int) -> Sample:
-    return Sample(t, {"pair": GroupSample(desired=1, pods={"Running": pods} if pods else {})}, None)
+def _sample(t: float, pods: int) -> ScaleReading:
+    return ScaleReading(t, {"pair": GroupReading(desired=1, pods={"Running": pods} if pods else {})}, None)
 
 
 def test_alive_workers_counts_alive_non_head_nodes_of_the_state_api() -> None:
@@ -60,7 +59,7 @@ def test_partial_replica_streak_tolerates_one_sample_mid_creation_but_counts_lon
 
 
 def test_sample_counts_pods_by_phase_and_in_all() -> None:
-    sample = Sample(0, {"g": GroupSample(2, {"Running": 1, "Pending": 1})}, 1)
+    sample = ScaleReading(0, {"g": GroupReading(2, {"Running": 1, "Pending": 1})}, 1)
     assert (sample.pods("g"), sample.pods("g", "Pending"), sample.pods("missing")) == (2, 1, 0)
 
 
@@ -144,9 +143,9 @@ def test_serve_replicas_are_counted_by_state_for_the_named_deployment() -> None:
     }}}}  # fmt: skip
     states = replica_states(answer, "echo", "Echo")
     assert states == {"RUNNING": 2, "STARTING": 1}
-    sample = Sample(0.0, {}, None, states)
+    sample = ScaleReading(0.0, {}, None, states)
     assert (sample.replicas("RUNNING"), sample.replicas("STOPPING"), sample.replicas()) == (2, 0, 3)
-    assert Sample(0.0, {}, None).replicas() is None
+    assert ScaleReading(0.0, {}, None).replicas() is None
     with pytest.raises(KeyError):
         replica_states({"applications": {}}, "echo", "Echo")
     proxies = {

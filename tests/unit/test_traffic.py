@@ -9,9 +9,9 @@ import yaml
 
 from conformance import profiles
 from conformance.errors import HarnessError
+from conformance.kube.rayservice import RayServiceReading
 from conformance.load import traffic
 from conformance.load.records import Record
-from conformance.load.traffic import Sample
 
 T0 = datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()
 
@@ -20,7 +20,9 @@ def stamp(offset: float) -> str:
     return datetime.fromtimestamp(T0 + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def sample(at: float, new_percent: int | None, new_cap: int = 0, old_cap: int = 100, **kw: object) -> Sample:
+def sample(
+    at: float, new_percent: int | None, new_cap: int = 0, old_cap: int = 100, **kw: object
+) -> RayServiceReading:
     percent = {"old": 100 - (new_percent or 0)}
     weights = {"old": 100 - (new_percent or 0)}
     migrated: dict[str, str] = {}
@@ -39,10 +41,10 @@ def sample(at: float, new_percent: int | None, new_cap: int = 0, old_cap: int = 
         "weights": weights,
     }
     fields.update(kw)
-    return Sample(**fields)  # type: ignore[arg-type]
+    return RayServiceReading(**fields)  # type: ignore[arg-type]
 
 
-def gradual(step: int, interval: float) -> list[Sample]:
+def gradual(step: int, interval: float) -> list[RayServiceReading]:
     return [sample(i * interval, p, new_cap=100) for i, p in enumerate(range(0, 101, step))]
 
 
@@ -115,7 +117,7 @@ def test_the_served_share_is_compared_per_stretch_of_constant_weights() -> None:
     assert traffic.check_shares(windows, tolerance=15, allowance_s=1.0).violations == []
 
 
-def lagging_switch(lag_s: float) -> tuple[list[Record], list[Sample]]:
+def lagging_switch(lag_s: float) -> tuple[list[Record], list[RayServiceReading]]:
     """The step plan 100/1: every answer from old until the route moves all weight to new at 10 s,
     the data plane applying it `lag_s` later; a status-only change 1.05 s after the switch (what
     KubeRay writes next), then answers from new to 30 s."""
