@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conformance import exclusive, selection
+from conformance import exclusive, node_pressure, selection
 from conformance.report.summary import AREAS, HARNESS
 
 # A skip whose reason starts with this is "not applicable" (a precondition is absent), not "skipped".
@@ -30,6 +30,7 @@ MARKERS = (
     "kuberay_issue(*numbers): kuberay issues the check encodes",
     "requires(*needs): preconditions (gpu, gateway_api, gate:X, kuberay>=V)",
     exclusive.MARKER_HELP,
+    node_pressure.NO_PODS_HELP,
     selection.SMOKE_HELP,
 )
 

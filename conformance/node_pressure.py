@@ -26,10 +26,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from conformance.progress import progress
 
 FACT = "node_cpu_pressure"  # the Cluster fact naming the PSI file of the nodes' kernel
 PSI_CPU = Path("/proc/pressure/cpu")
+# A check that starts no pod (it reads the operator, or KubeRay refuses what it applies) has no Ray
+# head to miss its startup timeouts: it is never held back. Measured 2026-12-07 (smoke tier): such
+# checks waited up to the whole ADMIT_WAIT_S for a 0.1 s read.
+NO_PODS_MARKER = "no_pods"
+NO_PODS_HELP = (
+    "no_pods: the check starts no pod (it reads what runs, or KubeRay refuses what it applies), so it "
+    "starts without waiting for CPU room"
+)
 ADMIT_BELOW_PERCENT = 50.0  # a new check waits while the node's CPU pressure is at or above this
 ADMIT_WAIT_S = 120.0  # ... for at most this long, then starts anyway (noted)
 STARVED_PERCENT = 80.0  # a 10 s figure at or above this is a starved node, said in a failure's reason
@@ -132,3 +142,8 @@ class CheckPressure:
             f"the node was CPU-starved during this check: pressure up to {self.highest:.0f}% "
             f"(some task waiting for a CPU), at or above {STARVED_PERCENT:.0f}% for {self.starved_s:.0f} s"
         )
+
+
+def needs_room(item: pytest.Item) -> bool:
+    """Whether the check waits for CPU room before it starts (everything but `no_pods`)."""
+    return item.get_closest_marker(NO_PODS_MARKER) is None

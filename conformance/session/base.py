@@ -187,7 +187,8 @@ class ConformanceRun:
         runs = self._will_run(item)
         alone = runs and exclusive.is_exclusive(item)
         psi = self._pressure_file()
-        if psi is not None and self.turn is not None and runs and not alone:
+        beside_others = runs and not alone and self.turn is not None
+        if psi is not None and beside_others and node_pressure.needs_room(item):
             self._admit(item, psi)
         asked = time.monotonic()
         with self.turn.hold(alone) if self.turn is not None else contextlib.nullcontext():

@@ -30,6 +30,7 @@ ALPHA_FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+@pytest.mark.no_pods
 @pytest.mark.requires("kuberay>=1.7.0")  # the three fields first shipped with 1.7.0
 @pytest.mark.parametrize("field", list(ALPHA_FIELDS))
 def test_an_alpha_field_with_its_gate_off_is_refused_and_makes_nothing(

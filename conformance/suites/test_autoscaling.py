@@ -443,6 +443,7 @@ def test_multi_host_group_scales_by_whole_replicas(
         ("minReplicas above maxReplicas", "greater than maxReplicas"),
     ],
 )
+@pytest.mark.no_pods
 def test_invalid_autoscaling_spec_is_rejected(
     case: str, expected: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:

@@ -89,6 +89,7 @@ def _gpus_by_group(ray: Ray, group_of: dict[str, str]) -> dict[str, float]:
     return {group_of[address]: gpus for address, gpus in by_address.items() if address in group_of}
 
 
+@pytest.mark.no_pods
 @pytest.mark.smoke
 def test_group_resources_and_ray_start_gpus_together_are_rejected(
     ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts

@@ -38,6 +38,7 @@ def _facts(conformance: Environment, api: client.ApiClient) -> kuberay.OperatorF
     return kuberay.observed_operator(api, conformance.operator_namespace)
 
 
+@pytest.mark.no_pods
 @pytest.mark.smoke
 def test_crds_are_served_at_v1_and_v1alpha1_is_kept(conformance: Environment, api: client.ApiClient) -> None:
     """Catches: a Ray CRD missing, not served at v1, or no longer serving the deprecated v1alpha1
@@ -49,6 +50,7 @@ def test_crds_are_served_at_v1_and_v1alpha1_is_kept(conformance: Environment, ap
         assert "v1alpha1" in versions, f"{plural}.ray.io no longer serves v1alpha1: {versions}"
 
 
+@pytest.mark.no_pods
 @pytest.mark.requires("kuberay>=1.6.0")  # the RayCronJob CRD first shipped with 1.6.0
 def test_raycronjob_crd_is_served_at_v1(conformance: Environment, api: client.ApiClient) -> None:
     """Catches: an install of 1.6.0 or newer without the RayCronJob CRD, or one not served at v1."""
@@ -65,6 +67,7 @@ def _promised(conformance: Environment) -> kuberay_chart.Promised:
     return conformance.kuberay.promised
 
 
+@pytest.mark.no_pods
 @pytest.mark.smoke
 def test_feature_gates_match_the_chart_defaults(conformance: Environment, api: client.ApiClient) -> None:
     """The gates the Deployment passes (as Helm, kustomize or the harness rendered it, read back)
@@ -79,6 +82,7 @@ def test_feature_gates_match_the_chart_defaults(conformance: Environment, api: c
     assert not mismatched, f"feature gates differ from {promised.origin}: {mismatched} (args: {facts.args})"
 
 
+@pytest.mark.no_pods
 def test_leader_election_is_on_and_the_lease_is_held(conformance: Environment, api: client.ApiClient) -> None:
     """Catches: leader election other than the install's files promise, or its Lease
     (`ray-operator-leader`) not held by a running operator pod."""
@@ -520,6 +524,7 @@ def test_raycronjob_schedule_is_read_in_its_time_zone(
 # -- CRD lifecycle ----------------------------------------------------------------------
 
 
+@pytest.mark.no_pods
 def test_served_crds_match_the_operator_version(conformance: Environment, api: client.ApiClient) -> None:
     """Catches: served Ray CRDs that are not the installed operator's own (Helm never upgrades
     CRDs, so a cluster keeps its old ones); the finding names the command that fixes it."""

@@ -354,6 +354,7 @@ def _validation_cases(values: dict[str, Any]) -> dict[str, tuple[dict[str, Any],
         "rules_with_shutdown", "ttls_out_of_order", "delete_workers_with_autoscaling",
         "delete_cluster_with_cluster_selector")]
     + ["ttl_without_shutdown", "suspend_without_shutdown", "runtime_env_not_yaml"])  # fmt: skip
+@pytest.mark.no_pods
 def test_invalid_spec_ends_in_validation_failed_with_a_message(
     case: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts
 ) -> None:

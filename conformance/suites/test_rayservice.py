@@ -158,6 +158,7 @@ def _refused_naming(ray: Ray, name: str, named: str, timeouts: Timeouts) -> None
     assert named in ready.get("message", ""), f"the reason does not name {named!r}: {ready.get('message')}"
 
 
+@pytest.mark.no_pods
 @pytest.mark.requires("gate:RayServiceIncrementalUpgrade")
 @pytest.mark.parametrize("case", list(INVALID_INCREMENTAL))
 @pytest.mark.smoke
@@ -206,6 +207,7 @@ INVALID_NAMES = {
 }
 
 
+@pytest.mark.no_pods
 @pytest.mark.parametrize("case", list(INVALID_NAMES))
 def test_rayservice_with_an_invalid_name_is_refused_and_makes_nothing(
     case: str, ray: Ray, cluster_values: dict[str, Any], timeouts: Timeouts

@@ -94,3 +94,18 @@ def test_admission_gives_up_after_its_bound(tmp_path: Path, monkeypatch: pytest.
     waited, pressure = node_pressure.wait_for_room(path, below=50, timeout=0.3)
     assert pressure == 90.0
     assert 0.3 <= waited < 3
+
+
+class _Item:
+    """The one thing needs_room asks of a pytest item: its closest marker of a name."""
+
+    def __init__(self, *markers: str) -> None:
+        self._markers = {name: getattr(pytest.mark, name).mark for name in markers}
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self._markers.get(name)
+
+
+def test_only_a_check_marked_no_pods_skips_the_wait_for_room() -> None:
+    assert node_pressure.needs_room(_Item()) and node_pressure.needs_room(_Item("smoke"))
+    assert not node_pressure.needs_room(_Item(node_pressure.NO_PODS_MARKER))
