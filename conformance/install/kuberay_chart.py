@@ -37,14 +37,14 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from conformance.errors import ProvisioningError, UsageError
-from conformance.install import kuberay
+from conformance.install import kuberay, operator_args, operator_facts, operator_spec
 from conformance.install.cli_tools import tool_binary
 from conformance.install.kuberay_source import Checkout
 from conformance.kube import apply
 from conformance.kube.target import KubeTarget
 from conformance.progress import progress
 
-RELEASE = kuberay.NAME  # the release name KubeRay's docs use; the chart names its objects after it
+RELEASE = operator_spec.NAME  # the release name KubeRay's docs use; the chart names its objects after it
 HELM = "helm"
 KUSTOMIZE = "kustomize"
 LOCAL_BUILD = "local-build"
@@ -72,7 +72,7 @@ class ChartSource:
     version: str = ""
 
     @classmethod
-    def repository(cls, version: str, repo: str = kuberay.HELM_REPO) -> ChartSource:
+    def repository(cls, version: str, repo: str = operator_spec.HELM_REPO) -> ChartSource:
         return cls(repo=repo, version=version.removeprefix("v"))
 
     def args(self) -> list[str]:
@@ -127,7 +127,7 @@ def chart_gates(values: dict[str, Any]) -> dict[str, bool]:
 
 
 def chart_values(
-    spec: kuberay.OperatorSpec, defaults: dict[str, Any], image: str = "", image_build: str = ""
+    spec: operator_spec.OperatorSpec, defaults: dict[str, Any], image: str = "", image_build: str = ""
 ) -> dict[str, Any]:
     """Values for the chart: the profile's gates (over the chart's list), leader election, watched
     namespaces and, for a local image, the image itself with a pull policy that never pulls."""
@@ -212,7 +212,7 @@ def rendered_deployment(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def install_chart(
     target: KubeTarget,
     api: client.ApiClient,
-    spec: kuberay.OperatorSpec,
+    spec: operator_spec.OperatorSpec,
     source: ChartSource,
     timeout: float,
     image: str = "",
@@ -277,7 +277,7 @@ def deploy_docs(
                     image_build
                 )
             for container in pod["spec"]["containers"]:
-                if container.get("name") == kuberay.NAME:
+                if container.get("name") == operator_spec.NAME:
                     container["imagePullPolicy"] = "Never"
                     container["resources"] = LOCAL_RESOURCES
                     container["args"] = with_gates(container.get("args") or [], gates)
@@ -287,16 +287,16 @@ def deploy_docs(
 
 def with_gates(args: Sequence[str], gates: dict[str, bool]) -> list[str]:
     """`args` with `gates` overlaid on its --feature-gates (added when it has none) (pure)."""
-    current = kuberay.parse_operator_args(list(args)).feature_gates
+    current = operator_args.parse_operator_args(list(args)).feature_gates
     merged = {**current, **gates}
     kept = [arg for arg in args if not arg.lstrip("-").startswith("feature-gates")]
-    return [*kept, kuberay.feature_gates_arg(merged)] if merged else kept
+    return [*kept, operator_spec.feature_gates_arg(merged)] if merged else kept
 
 
 def install_kustomize(
     target: KubeTarget,
     api: client.ApiClient,
-    spec: kuberay.OperatorSpec,
+    spec: operator_spec.OperatorSpec,
     checkout: Checkout,
     image: str,
     image_build: str,
@@ -324,7 +324,7 @@ def kustomize_manifest_args(checkout: Checkout) -> list[str]:
     for doc in yaml.safe_load_all(manager.read_text()):
         if doc and doc.get("kind") == "Deployment":
             for container in doc["spec"]["template"]["spec"]["containers"]:
-                if container.get("name") == kuberay.NAME:
+                if container.get("name") == operator_spec.NAME:
                     return list(container.get("args") or [])
     return []
 
@@ -335,7 +335,7 @@ def kustomize_manifest_args(checkout: Checkout) -> list[str]:
 def installed_mode(api: client.ApiClient, namespace: str) -> str:
     """How the operator Deployment in `namespace` was installed: helm, kustomize, local-build, or ""."""
     try:
-        dep = client.AppsV1Api(api).read_namespaced_deployment(kuberay.NAME, namespace)
+        dep = client.AppsV1Api(api).read_namespaced_deployment(operator_spec.NAME, namespace)
     except ApiException as exc:
         if exc.status == 404:
             return ""
@@ -417,11 +417,11 @@ def promised_by_manifest(
     args: Sequence[str], overrides: dict[str, bool], binary_gates: dict[str, bool]
 ) -> tuple[dict[str, bool], bool]:
     """(gates, leader election) config/manager's args plus the profile's overrides promise (pure)."""
-    parsed = kuberay.parse_operator_args(list(args))
+    parsed = operator_args.parse_operator_args(list(args))
     return {**binary_gates, **parsed.feature_gates, **overrides}, parsed.leader_election
 
 
-def running_gates(facts: kuberay.OperatorFacts, binary_gates: dict[str, bool]) -> dict[str, bool]:
+def running_gates(facts: operator_facts.OperatorFacts, binary_gates: dict[str, bool]) -> dict[str, bool]:
     """What the operator runs with: the binary's defaults overlaid by its --feature-gates."""
     return {**binary_gates, **facts.feature_gates}
 
@@ -435,11 +435,11 @@ def gate_mismatches(running: dict[str, bool], promised: dict[str, bool]) -> dict
     }
 
 
-def promised_by_tables(spec: kuberay.OperatorSpec, overrides: dict[str, bool]) -> Promised:
+def promised_by_tables(spec: operator_spec.OperatorSpec, overrides: dict[str, bool]) -> Promised:
     """The hand-made imitation of the chart (a module build, no chart): the harness's own tables of
     the chart's defaults, and the CRDs of the module the binary was built from."""
-    binary = kuberay.BINARY_FEATURE_GATES.get(spec.version, {})
-    gates = {**binary, **kuberay.chart_feature_gates(spec.version), **overrides}
+    binary = operator_spec.BINARY_FEATURE_GATES.get(spec.version, {})
+    gates = {**binary, **operator_spec.chart_feature_gates(spec.version), **overrides}
     bases = kuberay.module_dir(spec.version) / "config" / "crd" / "bases"
     return Promised(
         origin=f"the harness's table of the {spec.version} chart defaults (no chart was installed)",
@@ -454,7 +454,7 @@ def promised_by_tables(spec: kuberay.OperatorSpec, overrides: dict[str, bool]) -
 def promised_by_repository(source: ChartSource, overrides: dict[str, bool], version: str) -> Promised:
     """A chart from the Helm repository: its values and CRDs as `helm show` prints them."""
     helm = tool_binary(HELM)
-    binary = kuberay.BINARY_FEATURE_GATES.get(version, {})
+    binary = operator_spec.BINARY_FEATURE_GATES.get(version, {})
     gates, leader = promised_by_chart(chart_default_values(helm, source), overrides, binary)
     return Promised(
         origin=f"values.yaml of chart {source.describe()}, with the profile's overrides",

@@ -26,8 +26,9 @@ from conformance.install.under_test import KubeRayUnderTest
 if TYPE_CHECKING:
     from kubernetes import client
 
-    from conformance.install.kuberay import ImageLoader, OperatorSpec
+    from conformance.install.kuberay import ImageLoader
     from conformance.install.kuberay_chart import Promised
+    from conformance.install.operator_spec import OperatorSpec
     from conformance.install.source_install import SourceInstall
     from conformance.kube.target import KubeTarget
     from conformance.profiles.schema import KubeRay
@@ -110,9 +111,9 @@ class _Install:
         return KubeRayUnderTest(self.mode, self.settings.version, self.settings.version)
 
     def _spec(self, version: str, gates: dict[str, bool]) -> OperatorSpec:
-        from conformance.install import kuberay  # noqa: PLC0415 - the local build machinery
+        from conformance.install import operator_spec  # noqa: PLC0415
 
-        return kuberay.OperatorSpec(
+        return operator_spec.OperatorSpec(
             version=version,
             namespace=self.settings.namespace,
             feature_gates=gates,
@@ -124,10 +125,10 @@ class _Install:
         self, api: client.ApiClient, spec: OperatorSpec, ready: float, origin: str, promised: Promised
     ) -> KubeRayUnderTest:
         """The planned value once the operator is ready, with what runs read back."""
-        from conformance.install import kuberay  # noqa: PLC0415
+        from conformance.install import operator_facts  # noqa: PLC0415
 
-        kuberay.wait_ready(api, spec, ready)
-        operator = kuberay.observed_operator(api, self.settings.namespace)
+        operator_facts.wait_ready(api, spec, ready)
+        operator = operator_facts.observed_operator(api, self.settings.namespace)
         planned = self.planned()
         return replace(
             planned,
@@ -162,10 +163,12 @@ class HelmInstall(_Install):
     def install(
         self, loader: ImageLoader, api: client.ApiClient, target: KubeTarget, ready: float
     ) -> KubeRayUnderTest:
-        from conformance.install import kuberay, kuberay_chart  # noqa: PLC0415
+        from conformance.install import kuberay_chart, operator_spec  # noqa: PLC0415
 
         version = self.planned().version
-        spec = self._spec(version, {**kuberay.chart_feature_gates(version), **self.settings.feature_gates})
+        spec = self._spec(
+            version, {**operator_spec.chart_feature_gates(version), **self.settings.feature_gates}
+        )
         source = kuberay_chart.ChartSource.repository(version)
         kuberay_chart.install_chart(target, api, spec, source, ready)
         promised = kuberay_chart.promised_by_repository(source, self.settings.feature_gates, version)
@@ -208,10 +211,12 @@ class LocalBuildInstall(_Install):
     def install(
         self, loader: ImageLoader, api: client.ApiClient, target: KubeTarget, ready: float
     ) -> KubeRayUnderTest:
-        from conformance.install import kuberay, kuberay_chart  # noqa: PLC0415
+        from conformance.install import kuberay, kuberay_chart, operator_spec  # noqa: PLC0415
 
         version = self.planned().version
-        spec = self._spec(version, {**kuberay.chart_feature_gates(version), **self.settings.feature_gates})
+        spec = self._spec(
+            version, {**operator_spec.chart_feature_gates(version), **self.settings.feature_gates}
+        )
         ns = self.settings.namespace
         kuberay_chart.clear_other_installs(target, api, ns, kuberay_chart.LOCAL_BUILD, ready)
         kuberay.install_local(loader, api, spec)
@@ -247,11 +252,11 @@ class ExistingInstall(_Install):
     def install(
         self, loader: ImageLoader, api: client.ApiClient, target: KubeTarget, ready: float
     ) -> KubeRayUnderTest:
-        from conformance.install import kuberay, kuberay_chart  # noqa: PLC0415
+        from conformance.install import kuberay_chart, operator_facts, operator_spec  # noqa: PLC0415
 
         self._spec(self.settings.version, dict(self.settings.feature_gates))  # refuses what the others refuse
-        operator = kuberay.observed_operator(api, self.settings.namespace)
-        spec = kuberay.OperatorSpec(  # the operator that runs, for waits that need a spec
+        operator = operator_facts.observed_operator(api, self.settings.namespace)
+        spec = operator_spec.OperatorSpec(  # the operator that runs, for waits that need a spec
             version=operator.version or "v0.0.0",
             namespace=self.settings.namespace,
             feature_gates=dict(operator.feature_gates),
@@ -325,13 +330,15 @@ class CheckoutInstall(_Install):
     def install(
         self, loader: ImageLoader, api: client.ApiClient, target: KubeTarget, ready: float
     ) -> KubeRayUnderTest:
-        from conformance.install import kuberay  # noqa: PLC0415
+        from conformance.install import operator_facts  # noqa: PLC0415
 
         assert self.source is not None and self.source.provenance is not None, "check_input first"
         spec, promised = self.source.install(loader, api, target, ready)
         prov = self.source.provenance
-        operator = kuberay.with_version(
-            kuberay.observed_operator(api, self.settings.namespace), prov.version, promised.binary_gates
+        operator = operator_facts.with_version(
+            operator_facts.observed_operator(api, self.settings.namespace),
+            prov.version,
+            promised.binary_gates,
         )
         origin = prov.note()
         return replace(

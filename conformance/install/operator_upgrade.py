@@ -23,17 +23,17 @@ from kubernetes.dynamic import DynamicClient
 
 from conformance.build import gobuild
 from conformance.build.cache import cache_dir
-from conformance.install import kuberay
+from conformance.install import kuberay, operator_facts, operator_spec
 from conformance.kube import apply
 
-CONTAINER = kuberay.NAME  # the operator's container in manifests/kuberay/operator.yaml
+CONTAINER = operator_spec.NAME  # the operator's container in manifests/kuberay/operator.yaml
 
 
 @dataclass(frozen=True)
 class OperatorVersion:
     """One version of the operator as it runs: its spec, image and the chart's arguments."""
 
-    spec: kuberay.OperatorSpec
+    spec: operator_spec.OperatorSpec
     image: str
     args: tuple[str, ...]
 
@@ -45,27 +45,30 @@ def previous_minor(version: str) -> str:
 
 
 def previous_spec(
-    current: kuberay.OperatorSpec, version: str, overrides: dict[str, bool]
-) -> kuberay.OperatorSpec:
+    current: operator_spec.OperatorSpec, version: str, overrides: dict[str, bool]
+) -> operator_spec.OperatorSpec:
     """The spec `current` would have had at `version`: that chart's gates plus the profile's
     overrides the older binary knows (it exits on a gate it does not know)."""
-    known = kuberay.BINARY_FEATURE_GATES.get(version, {})
-    gates = {**kuberay.chart_feature_gates(version), **{g: on for g, on in overrides.items() if g in known}}
+    known = operator_spec.BINARY_FEATURE_GATES.get(version, {})
+    gates = {
+        **operator_spec.chart_feature_gates(version),
+        **{g: on for g, on in overrides.items() if g in known},
+    }
     return replace(current, version=version, feature_gates=gates, known_gates=())
 
 
-def running(api: client.ApiClient, spec: kuberay.OperatorSpec) -> OperatorVersion:
+def running(api: client.ApiClient, spec: operator_spec.OperatorSpec) -> OperatorVersion:
     """What the Deployment runs now (to go back to it afterwards)."""
-    deployment = client.AppsV1Api(api).read_namespaced_deployment(kuberay.NAME, spec.namespace)
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(operator_spec.NAME, spec.namespace)
     (container,) = [c for c in deployment.spec.template.spec.containers if c.name == CONTAINER]
     return OperatorVersion(spec, container.image, tuple(container.args or ()))
 
 
-def built(spec: kuberay.OperatorSpec, loader: kuberay.ImageLoader) -> OperatorVersion:
+def built(spec: operator_spec.OperatorSpec, loader: kuberay.ImageLoader) -> OperatorVersion:
     """The operator of `spec.version` from an image built here and loaded into the node."""
     archive = kuberay.operator_image(spec.version)
     loader.load_image(archive)
-    return OperatorVersion(spec, archive.ref, tuple(kuberay.chart_args(spec)))
+    return OperatorVersion(spec, archive.ref, tuple(operator_spec.chart_args(spec)))
 
 
 def switch_to(api: client.ApiClient, target: OperatorVersion, timeout: float) -> float:
@@ -83,8 +86,10 @@ def switch_to(api: client.ApiClient, target: OperatorVersion, timeout: float) ->
     for role in kuberay.rbac_roles(module / "config" / "rbac", target.spec):
         apply.apply_object(dynamic, role)
     started = time.monotonic()
-    client.AppsV1Api(api).patch_namespaced_deployment(kuberay.NAME, target.spec.namespace, _patch(target))
-    kuberay.wait_ready(api, target.spec, timeout, image=target.image)
+    client.AppsV1Api(api).patch_namespaced_deployment(
+        operator_spec.NAME, target.spec.namespace, _patch(target)
+    )
+    operator_facts.wait_ready(api, target.spec, timeout, image=target.image)
     return round(time.monotonic() - started, 2)
 
 

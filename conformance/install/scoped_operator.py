@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
-from conformance.install import kuberay
+from conformance.install import operator_facts, operator_spec
 from conformance.kube import apply
 from conformance.kube.manifests import render_all
 from conformance.kube.pods import is_ready, restarts
@@ -43,7 +43,7 @@ class ScopedOperator:
 
     def args(self) -> list[str]:
         gates = {**self.installed_gates, **self.feature_gates}
-        spec = kuberay.OperatorSpec(
+        spec = operator_spec.OperatorSpec(
             version=self.version,
             namespace=self.namespace,
             feature_gates=gates,
@@ -51,7 +51,7 @@ class ScopedOperator:
             leader_election=False,
             known_gates=tuple(gates),  # the installed binary runs with them; the rest are asked for
         )
-        return kuberay.chart_args(spec)
+        return operator_spec.chart_args(spec)
 
     def objects(self, rules: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """ServiceAccount, a Role and RoleBinding per watched namespace, and the Deployment."""
@@ -66,10 +66,12 @@ class ScopedOperator:
         )
 
 
-def installed_rules(api: client.ApiClient, cluster_role: str = kuberay.NAME) -> list[dict[str, Any]]:
+def installed_rules(api: client.ApiClient, cluster_role: str = operator_spec.NAME) -> list[dict[str, Any]]:
     """The rules of the installed operator's ClusterRole, to be granted per namespace instead."""
     role = client.RbacAuthorizationV1Api(api).read_cluster_role(cluster_role)
-    return [rule for rule in kuberay.api_to_dict(role).get("rules", []) if not rule.get("nonResourceURLs")]
+    return [
+        rule for rule in operator_facts.api_to_dict(role).get("rules", []) if not rule.get("nonResourceURLs")
+    ]
 
 
 def start(api: client.ApiClient, operator: ScopedOperator, timeout: float) -> client.V1Pod:

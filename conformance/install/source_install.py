@@ -15,7 +15,14 @@ from pathlib import Path
 from kubernetes import client
 
 from conformance.build import image_cache
-from conformance.install import kuberay, kuberay_chart, kuberay_source
+from conformance.install import (
+    kuberay,
+    kuberay_chart,
+    kuberay_source,
+    operator_args,
+    operator_facts,
+    operator_spec,
+)
 from conformance.install.kuberay_chart import ChartSource, Promised
 from conformance.install.kuberay_source import Checkout, Provenance
 from conformance.kube.target import KubeTarget
@@ -51,14 +58,14 @@ class SourceInstall:
         self.image = kuberay_source.operator_image(checkout, prov, self.cache)
         self.checkout, self.provenance = checkout, prov
 
-    def spec(self, checkout: Checkout, prov: Provenance) -> kuberay.OperatorSpec:
+    def spec(self, checkout: Checkout, prov: Provenance) -> operator_spec.OperatorSpec:
         """The profile's overrides over what the checkout's chart (or manifest) passes by default."""
         if checkout.chart_dir:
             defaults = kuberay_chart.chart_gates(kuberay_chart.chart_default_values("", _dir(checkout)))
         else:
             args = kuberay_chart.kustomize_manifest_args(checkout)
-            defaults = kuberay.parse_operator_args(args).feature_gates
-        return kuberay.OperatorSpec(
+            defaults = operator_args.parse_operator_args(args).feature_gates
+        return operator_spec.OperatorSpec(
             version=prov.version,
             namespace=self.namespace,
             feature_gates={**defaults, **self.overrides},
@@ -67,7 +74,7 @@ class SourceInstall:
 
     def install(
         self, loader: kuberay.ImageLoader, api: client.ApiClient, target: KubeTarget, timeout: float
-    ) -> tuple[kuberay.OperatorSpec, Promised]:
+    ) -> tuple[operator_spec.OperatorSpec, Promised]:
         assert self.checkout and self.provenance and self.image, "check() first"
         checkout, prov, image = self.checkout, self.provenance, self.image
         loader.load_image(image)
@@ -86,7 +93,7 @@ class SourceInstall:
             gates, leader = kuberay_chart.promised_by_manifest(args, self.overrides, self.binary_gates)
             origin = "ray-operator/config/manager/manager.yaml and pkg/features/features.go of the checkout"
             crds_origin = "ray-operator/config/crd/bases of the checkout"
-        kuberay.wait_ready(api, spec, timeout, image=image.ref)
+        operator_facts.wait_ready(api, spec, timeout, image=image.ref)
         promised = Promised(
             origin=f"{origin} ({prov.ref}), with the profile's overrides",
             binary_gates=self.binary_gates,

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from conformance.install.kuberay import OperatorFacts, OperatorSpec
     from conformance.install.kuberay_chart import Promised
     from conformance.install.kuberay_source import Provenance
+    from conformance.install.operator_facts import OperatorFacts
+    from conformance.install.operator_spec import OperatorSpec
 
 
 @dataclass(frozen=True)

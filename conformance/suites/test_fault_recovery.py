@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conformance.install import kuberay
+from conformance.install import operator_facts
 from conformance.kube.manifests import render
 from conformance.kube.pods import is_serving
 from conformance.kube.ray import Ray
@@ -181,7 +181,7 @@ def test_operator_killed_while_reconciling_resumes_without_duplicates(
         what="a Ready operator pod to kill",
         timeout=timeouts.ready,
         namespace=operator_ns,
-        label_selector=kuberay.operator_selector(ray.api, operator_ns),
+        label_selector=operator_facts.operator_selector(ray.api, operator_ns),
     )
     ray.create("rayjobs", _rayjob(cluster_values, "orphaned", "python -c \"print('after-failover')\""))
     started = time.monotonic()

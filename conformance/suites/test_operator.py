@@ -17,7 +17,15 @@ from conformance.capabilities import Capabilities
 from conformance.checks import NOT_APPLICABLE, RUN_LABEL
 from conformance.environment import Environment
 from conformance.errors import HarnessError
-from conformance.install import crd_drift, kuberay, kuberay_chart, operator_upgrade, scoped_operator
+from conformance.install import (
+    crd_drift,
+    kuberay_chart,
+    operator_args,
+    operator_facts,
+    operator_spec,
+    operator_upgrade,
+    scoped_operator,
+)
 from conformance.kube import namespaces
 from conformance.kube import rayservice as rs
 from conformance.kube.manifests import manifest_values, render
@@ -34,8 +42,8 @@ pytestmark = pytest.mark.area("operator")
 KEEPS_V1ALPHA1 = ("rayclusters", "rayjobs", "rayservices")
 
 
-def _facts(conformance: Environment, api: client.ApiClient) -> kuberay.OperatorFacts:
-    return kuberay.observed_operator(api, conformance.operator_namespace)
+def _facts(conformance: Environment, api: client.ApiClient) -> operator_facts.OperatorFacts:
+    return operator_facts.observed_operator(api, conformance.operator_namespace)
 
 
 @pytest.mark.no_pods
@@ -93,7 +101,7 @@ def test_leader_election_is_on_and_the_lease_is_held(conformance: Environment, a
         f"{promised.origin} says {'on' if promised.leader_election else 'off'} (args: {facts.args})"
     )
     if promised.leader_election:
-        assert facts.lease_held, f"lease {kuberay.LEASE_NAME} is not held by a current operator pod"
+        assert facts.lease_held, f"lease {operator_spec.LEASE_NAME} is not held by a current operator pod"
 
 
 # The control-plane metrics KubeRay documents for a RayCluster (ray-operator/controllers/ray/metrics/).
@@ -123,7 +131,11 @@ def test_operator_serves_its_control_plane_metrics_for_a_raycluster(
     ray.create("rayclusters", render("ray/raycluster.yaml", **{**cluster_values, "name": "metered"}))
     ready = ray.wait_cluster_ready("metered", timeouts.ready)
     uid = ready["metadata"]["uid"]
-    pod = kuberay.holder_pod(facts.lease_holder) if facts.leader_election else _only_operator_pod(api, facts)
+    pod = (
+        operator_args.holder_pod(facts.lease_holder)
+        if facts.leader_election
+        else _only_operator_pod(api, facts)
+    )
 
     def samples_for_the_cluster() -> dict[str, Sample] | None:
         found = {s.name: s for s in _scrape(api, facts.namespace, pod) if s.labels.get("uid") == uid}
@@ -149,7 +161,7 @@ def test_operator_serves_its_control_plane_metrics_for_a_raycluster(
     metrics["provisioned_metric_s"] = round(took, 2)
 
 
-def _only_operator_pod(api: client.ApiClient, facts: kuberay.OperatorFacts) -> str:
+def _only_operator_pod(api: client.ApiClient, facts: operator_facts.OperatorFacts) -> str:
     pods = client.CoreV1Api(api).list_namespaced_pod(facts.namespace).items
     ours = [p.metadata.name for p in pods if is_serving(p) and p.metadata.name.startswith(facts.deployment)]
     if len(ours) != 1:
@@ -179,7 +191,7 @@ def test_operator_is_ready_and_recovers_after_its_pod_is_deleted(
     one that never takes the leader lease (so nothing would be reconciled)."""
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     ns = conformance.operator_namespace
-    deployment = apps.read_namespaced_deployment(kuberay.NAME, ns)
+    deployment = apps.read_namespaced_deployment(operator_spec.NAME, ns)
     assert deployment.status.ready_replicas == deployment.spec.replicas
     selector = ",".join(f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items())
     (old,) = [
@@ -210,14 +222,14 @@ def test_operator_is_ready_and_recovers_after_its_pod_is_deleted(
     with behaviour("the replacement operator pod takes the leader lease"):
         wait_for(
             client.CoordinationV1Api(api).list_namespaced_lease,
-            lambda lease: kuberay.lease_held_by(lease, {new.metadata.name}),
-            what=f"lease {ns}/{kuberay.LEASE_NAME} held by {new.metadata.name}",
+            lambda lease: operator_facts.lease_held_by(lease, {new.metadata.name}),
+            what=f"lease {ns}/{operator_spec.LEASE_NAME} held by {new.metadata.name}",
             timeout=timeouts.ready,
             describe=lambda lease: (
                 f"holder {lease.spec.holder_identity or 'none'}, renewed {lease.spec.renew_time}"
             ),
             namespace=ns,
-            field_selector=f"metadata.name={kuberay.LEASE_NAME}",
+            field_selector=f"metadata.name={operator_spec.LEASE_NAME}",
         )
     metrics["operator_leader_s"] = round(time.monotonic() - deleted_at, 2)
 
@@ -319,7 +331,7 @@ def cron_setup(
     if capabilities.feature_gates.get("RayCronJob"):
         # The installed operator would schedule them too; nothing could be told apart.
         pytest.skip(NOT_APPLICABLE + "the installed operator runs RayCronJobs itself (gate on)")
-    facts = kuberay.observed_operator(api, conformance.operator_namespace)
+    facts = operator_facts.observed_operator(api, conformance.operator_namespace)
     other = f"{module_namespace}-other"[:63]
     run_id = conformance.options.run_id
     core = client.CoreV1Api(api)
@@ -532,7 +544,7 @@ def test_served_crds_match_the_operator_version(conformance: Environment, api: c
     version = _facts(conformance, api).version
     ext = client.ApiextensionsV1Api(api)
     served = {
-        crd.metadata.name: kuberay.api_to_dict(crd)
+        crd.metadata.name: operator_facts.api_to_dict(crd)
         for crd in ext.list_custom_resource_definition().items
         if crd.spec.group == "ray.io"
     }
@@ -571,13 +583,13 @@ def previous_operator(
             NOT_APPLICABLE + f"kuberay.install is {install}: the harness installs an older operator "
             "only where it builds the operator itself (local-build, or --kuberay-source)"
         )
-    spec: kuberay.OperatorSpec = conformance.kuberay.spec  # type: ignore[assignment]
+    spec: operator_spec.OperatorSpec = conformance.kuberay.spec  # type: ignore[assignment]
     previous = operator_upgrade.previous_minor(spec.version)
-    if previous not in kuberay.CHART_FEATURE_GATES:
+    if previous not in operator_spec.CHART_FEATURE_GATES:
         pytest.skip(
             NOT_APPLICABLE + f"no release of the minor before {spec.version} can be built and installed "
             f"here ({previous or 'the Go module proxy serves none with a verifiable checksum'}"
-            f"{'' if not previous else ': its chart defaults are not recorded in kuberay.py'})"
+            f"{'' if not previous else ': its chart defaults are not recorded in operator_spec.py'})"
         )
     current = operator_upgrade.running(api, spec)
     old = operator_upgrade.built(
@@ -653,7 +665,7 @@ def test_operator_upgrade_keeps_pods_and_serving_without_failed_requests(
         new = previous_operator.new
         try:
             metrics["operator_upgrade_s"] = previous_operator.perform()
-        except kuberay.OperatorNotReady as exc:
+        except operator_facts.OperatorNotReady as exc:
             # The predecessor ran; the version under test does not take over from it.
             raise AssertionError(f"the upgraded operator ({new.image}) never took over: {exc}") from exc
         changed = holds_for(
@@ -732,7 +744,7 @@ def _names_in_operator_log(api: client.ApiClient, operator_namespace: str, names
     """True once the running operator's log names both objects of `namespace`, else None."""
     core = client.CoreV1Api(api)
     pods = core.list_namespaced_pod(
-        operator_namespace, label_selector=kuberay.operator_selector(api, operator_namespace)
+        operator_namespace, label_selector=operator_facts.operator_selector(api, operator_namespace)
     ).items
     logs = "".join(
         core.read_namespaced_pod_log(pod.metadata.name, operator_namespace)

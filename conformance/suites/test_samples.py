@@ -23,7 +23,7 @@ from conformance.capabilities import Capabilities
 from conformance.checks import NOT_APPLICABLE, RUN_KEY
 from conformance.environment import Environment
 from conformance.errors import HarnessError
-from conformance.install import kuberay
+from conformance.install import operator_args, operator_facts
 from conformance.kube.manifests import pod_resources
 from conformance.kube.pods import is_ready
 from conformance.kube.ray import ExecError, Ray
@@ -109,8 +109,8 @@ def _offer(
     core = client.CoreV1Api(api)
     nodes = core.list_node().items
     facts = environment.cluster.facts if environment.cluster else {}
-    operator = kuberay.observed_operator(api, environment.operator_namespace)
-    flags = kuberay.parse_flags(operator.args)
+    operator = operator_facts.observed_operator(api, environment.operator_namespace)
+    flags = operator_args.parse_flags(operator.args)
     return samples.Offer(
         served=_served(api, sample),
         node_images=frozenset(

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from conformance import capabilities as caps
 from conformance.checks import NOT_APPLICABLE, RUN_KEY
 from conformance.environment import Environment
-from conformance.install import kuberay
+from conformance.install import operator_facts
 from conformance.kube import diagnostics
 from conformance.kube.manifests import manifest_values, render, render_all
 from conformance.kube.ray import Ray
@@ -300,8 +300,8 @@ def test_read_paths_run_with_the_documented_permissions(
     Catches: the harness needing more permissions than it documents, not a KubeRay misbehaviour."""
     ray.create("rayclusters", render("ray/raycluster.yaml", **{**cluster_values, "name": "watched"}))
     ray.wait_cluster_ready("watched", timeouts.ready)
-    facts = kuberay.observed_operator(reader_api, conformance.operator_namespace)
-    admin_facts = kuberay.observed_operator(api, conformance.operator_namespace)
+    facts = operator_facts.observed_operator(reader_api, conformance.operator_namespace)
+    admin_facts = operator_facts.observed_operator(api, conformance.operator_namespace)
     assert facts == admin_facts, "the operator reads back differently under the documented permissions"
     found = caps.detect(reader_api, facts.version, facts.effective_feature_gates, simulated_gpus=False)
     assert found.kubernetes_version and found.gateway_api == conformance.capabilities.gateway_api

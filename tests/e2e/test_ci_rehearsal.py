@@ -27,7 +27,7 @@ from kubernetes import client, config
 from workflow_rehearsal import Contexts, Job, StepResult, run_job, user_env
 
 from conformance.build import gobuild, pins, ray_images
-from conformance.install import gateway, kuberay, kuberay_chart
+from conformance.install import gateway, kuberay, kuberay_chart, operator_facts, operator_spec
 from conformance.kube.target import KubeTarget
 from conformance.profiles import load
 from conformance.providers.base import Cluster
@@ -93,15 +93,15 @@ def cluster_ready(local_provider: LocalProvider, local_cluster: Cluster) -> clie
     api = config.new_client_from_config(str(local_cluster.kubeconfig))
     profile = load("default")
     version = gobuild.resolve(kuberay.operator_tool(profile.kuberay.version), local_provider.cache).version
-    spec = kuberay.OperatorSpec(
+    spec = operator_spec.OperatorSpec(
         version=version,
         namespace=profile.kuberay.namespace,
-        feature_gates={**kuberay.chart_feature_gates(version), **profile.kuberay.feature_gates},
+        feature_gates={**operator_spec.chart_feature_gates(version), **profile.kuberay.feature_gates},
     )
     target = KubeTarget(local_cluster.kubeconfig)
     kuberay_chart.clear_other_installs(target, api, spec.namespace, kuberay_chart.LOCAL_BUILD, 300)
     kuberay.install_local(local_provider, api, spec)
-    kuberay.wait_ready(api, spec, 300)
+    operator_facts.wait_ready(api, spec, 300)
     gateway.install_local(local_provider, api, GATEWAY_CLASS, timeout=300)
     # The Ray image in the node, as a cluster of one's own has it (the rehearsal's profile names it).
     local_provider.load_image(ray_images.ray_image(local_provider.cache, profile.ray_versions[0]))

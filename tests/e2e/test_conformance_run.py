@@ -18,7 +18,7 @@ from cli_runs import run_cli
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from conformance.install import kuberay
+from conformance.install import kuberay, operator_spec
 from conformance.install.modes import RAY_CRDS
 from conformance.kube.wait import wait_gone
 from conformance.providers.base import Cluster
@@ -164,7 +164,7 @@ def test_existing_cluster_without_kuberay_crds_is_refused_before_anything_runs(
     """Runs after every check that needs KubeRay: it removes the operator and its CRDs."""
     api = config.new_client_from_config(str(local_cluster.kubeconfig))
     _remove_ray_objects(api)
-    kuberay.uninstall_local(api, kuberay.OperatorSpec(version="v1.6.2"), remove_crds=True)
+    kuberay.uninstall_local(api, operator_spec.OperatorSpec(version="v1.6.2"), remove_crds=True)
     for crd in RAY_CRDS:  # a CRD lingers while objects of its kind still have finalizers
         wait_gone(
             client.ApiextensionsV1Api(api).list_custom_resource_definition,

@@ -21,7 +21,7 @@ import pytest
 from cli_runs import run_cli
 from kubernetes import client, config
 
-from conformance.install import crd_drift, kuberay, kuberay_chart
+from conformance.install import crd_drift, kuberay, kuberay_chart, operator_facts, operator_spec
 from conformance.install.source_install import SourceInstall
 from conformance.kube.target import KubeTarget
 from conformance.profiles import load
@@ -53,15 +53,15 @@ def _outcomes(summary: dict) -> dict[str, str]:
 def _restore_local_build(local_provider: LocalProvider, api: client.ApiClient, kubeconfig: Path) -> None:
     """The default install again (what other runs expect): the other install is removed first."""
     profile = load("default")
-    spec = kuberay.OperatorSpec(
+    spec = operator_spec.OperatorSpec(
         version=MODULE_VERSION,
         namespace=NAMESPACE,
-        feature_gates={**kuberay.chart_feature_gates(MODULE_VERSION), **profile.kuberay.feature_gates},
+        feature_gates={**operator_spec.chart_feature_gates(MODULE_VERSION), **profile.kuberay.feature_gates},
     )
     target = KubeTarget(kubeconfig)
     kuberay_chart.clear_other_installs(target, api, NAMESPACE, kuberay_chart.LOCAL_BUILD, 300)
     kuberay.install_local(local_provider, api, spec)
-    kuberay.wait_ready(api, spec, 300)
+    operator_facts.wait_ready(api, spec, 300)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_a_checkout_without_a_chart_is_built_and_deployed_with_kustomize(
         assert env["kuberay_source"]["ref"].startswith(f"{MODULE_VERSION}, tree ")
         assert any("built from source at" in note for note in env["notes"]), env["notes"]
         assert "built from source at" in (run_dir / "index.html").read_text()
-        dep = client.AppsV1Api(cluster_api).read_namespaced_deployment(kuberay.NAME, NAMESPACE)
+        dep = client.AppsV1Api(cluster_api).read_namespaced_deployment(operator_spec.NAME, NAMESPACE)
         assert dep.metadata.labels[kuberay_chart.INSTALL_LABEL] == kuberay_chart.KUSTOMIZE
         assert (
             dep.spec.selector.match_labels["app.kubernetes.io/name"] == "kuberay"
@@ -108,11 +108,11 @@ def test_a_checkout_without_a_chart_is_built_and_deployed_with_kustomize(
         )
     finally:
         _restore_local_build(local_provider, cluster_api, local_cluster.kubeconfig)
-    dep = client.AppsV1Api(cluster_api).read_namespaced_deployment(kuberay.NAME, NAMESPACE)
+    dep = client.AppsV1Api(cluster_api).read_namespaced_deployment(operator_spec.NAME, NAMESPACE)
     assert kuberay_chart.installed_mode(cluster_api, NAMESPACE) == kuberay_chart.LOCAL_BUILD
     assert dep.spec.selector.match_labels == {
-        "app.kubernetes.io/name": kuberay.NAME,
-        "app.kubernetes.io/instance": kuberay.NAME,
+        "app.kubernetes.io/name": operator_spec.NAME,
+        "app.kubernetes.io/instance": operator_spec.NAME,
     }
 
 
@@ -173,15 +173,15 @@ def _the_facts_checks_fail_when_what_runs_differs(
     source.check()
     spec, promised = source.install(provider, api, KubeTarget(cluster.kubeconfig), 300)
     apps = client.AppsV1Api(api)
-    dep = apps.read_namespaced_deployment(kuberay.NAME, NAMESPACE)
+    dep = apps.read_namespaced_deployment(operator_spec.NAME, NAMESPACE)
     args = list(dep.spec.template.spec.containers[0].args)
     flipped = kuberay_chart.with_gates(args, {"RayCronJob": not promised.feature_gates["RayCronJob"]})
     apps.patch_namespaced_deployment(
-        kuberay.NAME,
+        operator_spec.NAME,
         NAMESPACE,
-        {"spec": {"template": {"spec": {"containers": [{"name": kuberay.NAME, "args": flipped}]}}}},
+        {"spec": {"template": {"spec": {"containers": [{"name": operator_spec.NAME, "args": flipped}]}}}},
     )
-    facts = kuberay.observed_operator(api, NAMESPACE)
+    facts = operator_facts.observed_operator(api, NAMESPACE)
     mismatched = kuberay_chart.gate_mismatches(
         kuberay_chart.running_gates(facts, promised.binary_gates), promised.feature_gates
     )
@@ -198,18 +198,18 @@ def _the_facts_checks_fail_when_what_runs_differs(
         ],
     )
     served = {
-        c.metadata.name: kuberay.api_to_dict(c)
+        c.metadata.name: operator_facts.api_to_dict(c)
         for c in ext.list_custom_resource_definition().items
         if c.spec.group == "ray.io"
     }
     assert "rayclusters.ray.io" in crd_drift.drift(served, promised.crds)
     source.install(provider, api, KubeTarget(cluster.kubeconfig), 300)  # helm's 3-way merge repairs
-    facts = kuberay.observed_operator(api, NAMESPACE)
+    facts = operator_facts.observed_operator(api, NAMESPACE)
     assert not kuberay_chart.gate_mismatches(
         kuberay_chart.running_gates(facts, promised.binary_gates), promised.feature_gates
     )
     served = {
-        c.metadata.name: kuberay.api_to_dict(c)
+        c.metadata.name: operator_facts.api_to_dict(c)
         for c in ext.list_custom_resource_definition().items
         if c.spec.group == "ray.io"
     }

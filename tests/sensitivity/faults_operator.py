@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from conformance.install import kuberay
+from conformance.install import operator_args, operator_spec
 from conformance.kube.rollout import wait_rolled_out
 
 from .behind_the_back import RAY_GROUP, drop_rbac, set_last_schedule_time
@@ -92,10 +92,13 @@ def operator_deployment_edited(rogue: Rogue) -> None:
     args = []
     for arg in container.args or []:
         if arg.startswith("--feature-gates="):
-            gates.update(kuberay.parse_feature_gates(arg.partition("=")[2]))
+            gates.update(operator_args.parse_feature_gates(arg.partition("=")[2]))
         elif not arg.startswith("--enable-leader-election"):
             args.append(arg)
-    args += [kuberay.feature_gates_arg({**gates, FLIPPED_GATE: False}), "--enable-leader-election=false"]
+    args += [
+        operator_spec.feature_gates_arg({**gates, FLIPPED_GATE: False}),
+        "--enable-leader-election=false",
+    ]
     patch = {"spec": {"template": {"spec": {"containers": [{"name": container.name, "args": args}]}}}}
     apps.patch_namespaced_deployment(deployment.metadata.name, namespace, patch)
     rogue.acted(f"set {FLIPPED_GATE}=false and --enable-leader-election=false on {deployment.metadata.name}")

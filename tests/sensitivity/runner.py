@@ -26,7 +26,7 @@ from kubernetes import client, config
 
 from conformance import profiles
 from conformance.environment import Environment, RunOptions
-from conformance.install import kuberay
+from conformance.install import operator_spec
 from conformance.providers.local.provider import LocalProvider
 
 from .faults import Fault, target
@@ -178,7 +178,7 @@ def _operator_container() -> dict[str, Any]:
     api = config.new_client_from_config(str(LocalProvider().cluster().kubeconfig))
     namespace = profiles.load(HEALTHY_PROFILE).kuberay.namespace
     # By name: a kustomize install from source labels it otherwise than the chart.
-    deployment = client.AppsV1Api(api).read_namespaced_deployment(kuberay.NAME, namespace)
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(operator_spec.NAME, namespace)
     container = deployment.spec.template.spec.containers[0]
     return {
         "image": container.image,

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conformance.build import pins
 from conformance.errors import UsageError
-from conformance.install import kuberay, kuberay_chart
-from conformance.install.kuberay import OperatorSpec
+from conformance.install import kuberay, kuberay_chart, operator_args, operator_spec
+from conformance.install.operator_spec import OperatorSpec
 
 CHART_1_7_0_GATES = (
     "RayClusterStatusConditions=true,RayJobDeletionPolicy=true,RayMultiHostIndexing=true,"
@@ -108,25 +109,25 @@ def test_spec_rejects_bad_names(kwargs: dict) -> None:
 
 
 def test_every_chart_gate_is_known_to_the_binary_of_the_same_version() -> None:
-    for version, gates in kuberay.CHART_FEATURE_GATES.items():
-        assert {name for name, _ in gates} <= set(kuberay.BINARY_FEATURE_GATES[version])
+    for version, gates in operator_spec.CHART_FEATURE_GATES.items():
+        assert {name for name, _ in gates} <= set(operator_spec.BINARY_FEATURE_GATES[version])
 
 
 # --- rendered args ----------------------------------------------------------------------------
 
 
 def test_chart_args_are_what_the_chart_renders_by_default() -> None:
-    assert kuberay.chart_args(OperatorSpec()) == CHART_1_7_0_ARGS
+    assert operator_spec.chart_args(OperatorSpec()) == CHART_1_7_0_ARGS
 
 
 def test_watch_namespaces_come_first_comma_joined_as_in_the_chart() -> None:
-    args = kuberay.chart_args(OperatorSpec(watch_namespaces=("team-a", "team-b")))
+    args = operator_spec.chart_args(OperatorSpec(watch_namespaces=("team-a", "team-b")))
     assert args[:2] == ["--watch-namespace", "team-a,team-b"]
     assert args[2:] == CHART_1_7_0_ARGS
 
 
 def test_leader_election_off_and_no_gates() -> None:
-    args = kuberay.chart_args(OperatorSpec(leader_election=False, feature_gates={}))
+    args = operator_spec.chart_args(OperatorSpec(leader_election=False, feature_gates={}))
     assert "--enable-leader-election=false" in args
     assert not any(arg.startswith("--feature-gates") for arg in args)
 
@@ -136,7 +137,7 @@ def test_leader_election_off_and_no_gates() -> None:
 
 def test_parsing_the_chart_args_gives_the_spec_back() -> None:
     spec = OperatorSpec(watch_namespaces=("x", "y"), leader_election=False).with_gates(RayCronJob=True)
-    parsed = kuberay.parse_operator_args(kuberay.chart_args(spec))
+    parsed = operator_args.parse_operator_args(operator_spec.chart_args(spec))
     assert parsed.feature_gates == spec.feature_gates
     assert parsed.leader_election is False
     assert parsed.watch_namespaces == ("x", "y")
@@ -145,7 +146,7 @@ def test_parsing_the_chart_args_gives_the_spec_back() -> None:
 
 
 def test_absent_flags_take_main_go_defaults() -> None:
-    parsed = kuberay.parse_operator_args([])
+    parsed = operator_args.parse_operator_args([])
     assert parsed.leader_election is True
     assert parsed.watch_namespaces == ()
     assert parsed.feature_gates == {}
@@ -153,7 +154,7 @@ def test_absent_flags_take_main_go_defaults() -> None:
 
 
 def test_go_flag_syntax() -> None:
-    flags = kuberay.parse_flags(
+    flags = operator_args.parse_flags(
         [
             "-enable-leader-election",
             "--watch-namespace",
@@ -171,39 +172,39 @@ def test_go_flag_syntax() -> None:
         "qps": "5",
         "enable-metrics": "true",
     }
-    assert kuberay.parse_flags(["--reconcile-concurrency=2", "--", "--qps=1"]) == {
+    assert operator_args.parse_flags(["--reconcile-concurrency=2", "--", "--qps=1"]) == {
         "reconcile-concurrency": "2"
     }
 
 
 def test_bool_flag_with_explicit_value() -> None:
-    assert kuberay.parse_operator_args(["--enable-leader-election=F"]).leader_election is False
-    assert kuberay.parse_operator_args(["--enable-leader-election=1"]).leader_election is True
+    assert operator_args.parse_operator_args(["--enable-leader-election=F"]).leader_election is False
+    assert operator_args.parse_operator_args(["--enable-leader-election=1"]).leader_election is True
 
 
 def test_feature_gates_parse_like_featuregate_set() -> None:
-    assert kuberay.parse_feature_gates(" A=true, B=False ,C=0,") == {"A": True, "B": False, "C": False}
-    assert kuberay.parse_feature_gates("") == {}
+    assert operator_args.parse_feature_gates(" A=true, B=False ,C=0,") == {"A": True, "B": False, "C": False}
+    assert operator_args.parse_feature_gates("") == {}
     with pytest.raises(ValueError):
-        kuberay.parse_feature_gates("A")
+        operator_args.parse_feature_gates("A")
     with pytest.raises(ValueError):
-        kuberay.parse_feature_gates("A=yes")
+        operator_args.parse_feature_gates("A=yes")
 
 
 def test_the_last_feature_gates_flag_wins() -> None:
-    parsed = kuberay.parse_operator_args(["--feature-gates=A=true", "--feature-gates=B=true"])
+    parsed = operator_args.parse_operator_args(["--feature-gates=A=true", "--feature-gates=B=true"])
     assert parsed.feature_gates == {"B": True}
 
 
 def test_effective_gates_fill_in_the_binary_defaults() -> None:
-    effective = kuberay.effective_feature_gates("v1.7.0", {"RayCronJob": True})
+    effective = operator_args.effective_feature_gates("v1.7.0", {"RayCronJob": True})
     assert effective["RayCronJob"] is True
     assert effective["SidecarSubmitterRestart"] is False
     assert effective["GCSFaultToleranceEmbeddedStorage"] is False
     assert effective["KubernetesWAS"] is False
     assert effective["RayServiceIncrementalUpgrade"] is True
     assert len(effective) == 11
-    assert kuberay.effective_feature_gates("v9.9.9", {"A": True}) == {"A": True}
+    assert operator_args.effective_feature_gates("v9.9.9", {"A": True}) == {"A": True}
 
 
 @pytest.mark.parametrize(
@@ -219,21 +220,21 @@ def test_effective_gates_fill_in_the_binary_defaults() -> None:
     ],
 )
 def test_version_from_image(image: str, version: str) -> None:
-    assert kuberay.version_from_image(image) == version
+    assert operator_args.version_from_image(image) == version
 
 
 def test_served_versions_skip_versions_not_served() -> None:
     crd = {"spec": {"versions": [{"name": "v1", "served": True}, {"name": "v1alpha1", "served": False}]}}
-    assert kuberay.served_versions(crd) == ("v1",)
-    assert kuberay.served_versions({}) == ()
+    assert operator_args.served_versions(crd) == ("v1",)
+    assert operator_args.served_versions({}) == ()
 
 
 def test_lease_is_held_only_while_renewed() -> None:
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    assert kuberay.lease_is_held("pod_1", now - timedelta(seconds=5), 15, now)
-    assert not kuberay.lease_is_held("pod_1", now - timedelta(seconds=20), 15, now)
-    assert not kuberay.lease_is_held("", now, 15, now)
-    assert not kuberay.lease_is_held("pod_1", None, 15, now)
+    assert operator_args.lease_is_held("pod_1", now - timedelta(seconds=5), 15, now)
+    assert not operator_args.lease_is_held("pod_1", now - timedelta(seconds=20), 15, now)
+    assert not operator_args.lease_is_held("", now, 15, now)
+    assert not operator_args.lease_is_held("pod_1", None, 15, now)
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -343,8 +344,8 @@ def test_crd_documents_keep_only_crds(tmp_path: Path) -> None:
 
 
 def test_operator_tool_is_the_pin_or_the_pin_at_another_version() -> None:
-    pinned = kuberay.operator_tool(kuberay.pins.KUBERAY)
-    assert pinned is kuberay.pins.TOOLS["kuberay"]
+    pinned = kuberay.operator_tool(pins.KUBERAY)
+    assert pinned is pins.TOOLS["kuberay"]
     other = kuberay.operator_tool("v1.6.1")
     assert other.version == "v1.6.1"
     assert other.module == pinned.module
@@ -353,8 +354,8 @@ def test_operator_tool_is_the_pin_or_the_pin_at_another_version() -> None:
 
 def test_holder_pod_is_the_part_before_the_uuid() -> None:
     identity = "kuberay-operator-66847b99b9-z6vh8_1afc003c-1013-4ec6-9020-c36e651f2c47"
-    assert kuberay.holder_pod(identity) == "kuberay-operator-66847b99b9-z6vh8"
-    assert kuberay.holder_pod("") == ""
+    assert operator_args.holder_pod(identity) == "kuberay-operator-66847b99b9-z6vh8"
+    assert operator_args.holder_pod("") == ""
 
 
 def test_seeded_env_and_extra_args_reach_the_deployment_after_the_chart_args() -> None:

@@ -11,8 +11,8 @@ import yaml
 
 from conformance.build import gobuild
 from conformance.errors import UsageError
-from conformance.install import kuberay, kuberay_chart, kuberay_source
-from conformance.install.kuberay import OperatorSpec
+from conformance.install import kuberay_chart, kuberay_source, operator_args, operator_spec
+from conformance.install.operator_spec import OperatorSpec
 
 # A features.go of the shape KubeRay's has (written for this test, not copied).
 FEATURES_GO = """package features
@@ -170,10 +170,10 @@ def test_the_build_key_changes_with_the_tree_content_and_only_then(tmp_path: Pat
     assert kuberay_source.image_tag(prov) == f"v1.6.2-src.{edited[:12]}"
     # What a check reads back from the running image is the checkout's version (the scoped operator).
     assert (
-        kuberay.version_from_image(f"localhost/x/kuberay-operator:{kuberay_source.image_tag(prov)}")
+        operator_args.version_from_image(f"localhost/x/kuberay-operator:{kuberay_source.image_tag(prov)}")
         == "v1.6.2"
     )
-    assert kuberay.version_from_image("quay.io/kuberay/operator:v1.7.0-rc.1") == "v1.7.0-rc.1"
+    assert operator_args.version_from_image("quay.io/kuberay/operator:v1.7.0-rc.1") == "v1.7.0-rc.1"
 
 
 # --- gates -----------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_chart_values_for_a_local_image_never_pull_and_roll_on_a_rebuild() -> No
 def test_chart_sources_give_helm_a_folder_or_a_repository_and_version(tmp_path: Path) -> None:
     assert kuberay_chart.ChartSource(directory=tmp_path).args() == [str(tmp_path)]
     repo = kuberay_chart.ChartSource.repository("v1.7.0")
-    assert repo.args() == ["kuberay-operator", "--repo", kuberay.HELM_REPO, "--version", "1.7.0"]
+    assert repo.args() == ["kuberay-operator", "--repo", operator_spec.HELM_REPO, "--version", "1.7.0"]
 
 
 def test_kustomize_output_gets_the_gates_merged_our_label_and_never_pulls() -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from conformance.build.gobuild import previous_minor_candidates
-from conformance.install import kuberay, operator_upgrade
-from conformance.install.kuberay import OperatorSpec
+from conformance.install import operator_spec, operator_upgrade
+from conformance.install.operator_spec import OperatorSpec
 
 
 def test_previous_minor_candidates_are_that_minor_newest_first() -> None:
@@ -20,8 +20,8 @@ def test_a_first_minor_has_no_previous_one() -> None:
 
 
 def test_charts_before_1_6_render_the_feature_gates_first() -> None:
-    old = kuberay.chart_args(OperatorSpec(version="v1.5.1"))
-    new = kuberay.chart_args(OperatorSpec(version="v1.6.2"))
+    old = operator_spec.chart_args(OperatorSpec(version="v1.5.1"))
+    new = operator_spec.chart_args(OperatorSpec(version="v1.6.2"))
     assert old[0].startswith("--feature-gates=") and not new[0].startswith("--feature-gates=")
     assert sorted(old[1:]) == sorted(a for a in new if not a.startswith("--feature-gates="))
     assert old[0] == (
@@ -49,4 +49,4 @@ def test_the_patch_changes_image_args_and_version_label_of_the_operator_containe
     patch = operator_upgrade._patch(target)
     assert patch["metadata"]["labels"] == {"app.kubernetes.io/version": "v1.5.1"}
     (container,) = patch["spec"]["template"]["spec"]["containers"]
-    assert container == {"name": kuberay.NAME, "image": "localhost/op:v1.5.1", "args": ["--a", "--b"]}
+    assert container == {"name": operator_spec.NAME, "image": "localhost/op:v1.5.1", "args": ["--a", "--b"]}

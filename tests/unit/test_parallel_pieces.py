@@ -17,9 +17,9 @@ from conformance import capacity, parallel, profiles
 from conformance.cluster_lock import Holder
 from conformance.environment import Environment, RunOptions
 from conformance.exclusive import ClusterTurn
-from conformance.install.kuberay import OperatorSpec
 from conformance.install.kuberay_chart import Promised
 from conformance.install.modes import CheckoutInstall
+from conformance.install.operator_spec import OperatorSpec
 from conformance.install.source_install import SourceInstall
 from conformance.install.under_test import KubeRayUnderTest
 from conformance.providers.base import Cluster
