@@ -20,7 +20,6 @@ from conformance.errors import HarnessError
 from conformance.install import (
     crd_drift,
     kuberay_chart,
-    operator_args,
     operator_facts,
     operator_spec,
     operator_upgrade,
@@ -131,22 +130,24 @@ def test_operator_serves_its_control_plane_metrics_for_a_raycluster(
     ray.create("rayclusters", render("ray/raycluster.yaml", **{**cluster_values, "name": "metered"}))
     ready = ray.wait_cluster_ready("metered", timeouts.ready)
     uid = ready["metadata"]["uid"]
-    pod = (
-        operator_args.holder_pod(facts.lease_holder)
-        if facts.leader_election
-        else _only_operator_pod(api, facts)
-    )
 
     def samples_for_the_cluster() -> dict[str, Sample] | None:
-        found = {s.name: s for s in _scrape(api, facts.namespace, pod) if s.labels.get("uid") == uid}
+        # Every serving pod of the Deployment, read afresh each time: a lease can still name a pod
+        # that a rollout has just replaced, and each replica serves the collectors of its own cache.
+        found = {
+            s.name: s
+            for pod in _serving_operator_pods(api, facts)
+            for s in _scrape(api, facts.namespace, pod)
+            if s.labels.get("uid") == uid
+        }
         return found if set(CLUSTER_METRICS) <= set(found) else None
 
-    with behaviour(f"operator pod {pod} serves KubeRay's metrics for RayCluster metered"):
+    with behaviour("the operator serves KubeRay's metrics for RayCluster metered"):
         found = poll_until(
             samples_for_the_cluster,
-            what=f"{', '.join(CLUSTER_METRICS)} for RayCluster metered on {pod}:{METRICS_PORT}/metrics",
+            what=f"{', '.join(CLUSTER_METRICS)} for RayCluster metered on :{METRICS_PORT}/metrics",
             timeout=timeouts.apply,
-            describe=lambda: _metric_names(api, facts.namespace, pod),
+            describe=lambda: _metric_names(api, facts),
         )
     info = found["kuberay_cluster_info"]
     assert (info.labels.get("name"), info.labels.get("namespace"), info.labels.get("owner_kind")) == (
@@ -161,12 +162,18 @@ def test_operator_serves_its_control_plane_metrics_for_a_raycluster(
     metrics["provisioned_metric_s"] = round(took, 2)
 
 
-def _only_operator_pod(api: client.ApiClient, facts: operator_facts.OperatorFacts) -> str:
+def _serving_operator_pods(api: client.ApiClient, facts: operator_facts.OperatorFacts) -> list[str]:
     pods = client.CoreV1Api(api).list_namespaced_pod(facts.namespace).items
-    ours = [p.metadata.name for p in pods if is_serving(p) and p.metadata.name.startswith(facts.deployment)]
-    if len(ours) != 1:
-        raise HarnessError(f"expected one serving operator pod, found {ours}", "see its Deployment")
-    return ours[0]
+    ours = [
+        p.metadata.name
+        for p in pods
+        if p.metadata.name.startswith(f"{facts.deployment}-")
+        and is_serving(p)
+        and p.metadata.deletion_timestamp is None  # a replaced pod answers 404 through the proxy
+    ]
+    if not ours:
+        raise HarnessError(f"no serving pod of deployment {facts.deployment}", "see its Deployment")
+    return ours
 
 
 def _scrape(api: client.ApiClient, namespace: str, pod: str) -> list[Sample]:
@@ -177,9 +184,14 @@ def _scrape(api: client.ApiClient, namespace: str, pod: str) -> list[Sample]:
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
-def _metric_names(api: client.ApiClient, namespace: str, pod: str) -> str:
-    names = sorted({s.name for s in _scrape(api, namespace, pod) if s.name.startswith("kuberay_")})
-    return f"KubeRay metrics served: {', '.join(names) or 'none'}"
+def _metric_names(api: client.ApiClient, facts: operator_facts.OperatorFacts) -> str:
+    served = {
+        pod: sorted({s.name for s in _scrape(api, facts.namespace, pod) if s.name.startswith("kuberay_")})
+        for pod in _serving_operator_pods(api, facts)
+    }
+    return "; ".join(
+        f"{pod}: KubeRay metrics served: {', '.join(names) or 'none'}" for pod, names in served.items()
+    )
 
 
 @pytest.mark.exclusive("deletes the shared operator's pod")
