@@ -225,6 +225,12 @@ def test_gpu_workers_tolerate_the_gpu_taint_and_cpu_workers_do_not(
         # (asked together, Ray would pack both onto the GPU worker).
         watch.event("an actor of one CPU and one GPU asked for")
         ask(ray, "placed", 1, cpus=1, gpus=1, tag="gpu")
+        with behaviour("the GPU demand makes a GPU worker pod"):
+            until(watch, lambda s: s.pods("gpu") >= 1, "a GPU worker pod", timeouts.scale)
+        # Judged as soon as the pod exists: without the toleration it stays Pending where the GPU
+        # nodes are tainted apart (EKS, a multi-node local cluster), and the scale-up wait below
+        # would say only that it never ran.
+        _assert_tolerates_the_gpu_taint(ray, "placed", profile.gpu.resource)
         with behaviour("the GPU demand scales the GPU group from 0"):
             until(watch, lambda s: s.pods("gpu", "Running") == 1 and s.ray_alive_workers == 1,
                   "the GPU worker alive in Ray", timeouts.scale)  # fmt: skip
@@ -257,6 +263,14 @@ def test_gpu_workers_tolerate_the_gpu_taint_and_cpu_workers_do_not(
         tainted = {name for name in gpu_nodes if _tainted(nodes[name], taint)}
         assert pods["cpu"].spec.node_name not in tainted, (
             f"the CPU worker runs on the tainted GPU node {pods['cpu'].spec.node_name}"
+        )
+
+
+def _assert_tolerates_the_gpu_taint(ray: Ray, cluster: str, taint: str) -> None:
+    (gpu_pod,) = [p for p in ray.pods(cluster, "worker") if p.metadata.labels.get("ray.io/group") == "gpu"]
+    with behaviour("the GPU worker pod tolerates the GPU taint"):
+        assert _tolerates(gpu_pod, taint), (
+            f"the GPU worker pod has no toleration for {taint}:NoSchedule: {_tolerations(gpu_pod)}"
         )
 
 
